@@ -1,0 +1,29 @@
+"""Framework errors. Each says what was wrong and where, e.g. ``problems/x.py: no get_inputs()``.
+
+A bad *candidate* never raises: evaluation returns an ``EvalResult`` with a named reason. These
+errors are for bad problems, bad configuration, and LLM calls that cannot be completed.
+"""
+
+
+class EvokernelError(Exception):
+    """Base class of every error evokernel raises on purpose."""
+
+
+class ProblemError(EvokernelError):
+    """A problem file or folder is malformed (missing ``Model``, ``get_inputs``, ...)."""
+
+
+class ConfigError(EvokernelError):
+    """A configuration value is invalid, or the machine cannot run what was asked."""
+
+
+class LLMError(EvokernelError):
+    """An LLM call failed for good (after retries, or with an error that is not retried)."""
+
+
+class BudgetExceeded(LLMError):
+    """The run's token or cost budget is spent; the search stops between generations."""
+
+
+class NoGPUError(ConfigError):
+    """The command needs a CUDA GPU and none is visible."""

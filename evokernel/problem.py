@@ -1,0 +1,172 @@
+"""Problems in KernelBench format, and the modules that candidates and problems are run as.
+
+A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()``.
+Loading is static (the file is parsed, not run), so a malformed file fails fast on the CPU with
+an error that names the file and what is missing. The file runs only inside evaluation workers.
+
+Optional module-level names a problem may set (literals only):
+    DISTRIBUTIONS = ("problem", "offset", ...)   # input distributions that apply to it
+"""
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from evokernel.errors import ProblemError
+
+_REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+
+
+def _builtin_dir() -> Path:
+    import evokernel.problems as pkg  # installed as a package (pyproject maps problems/)
+    return Path(pkg.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A reference problem.
+
+    Attributes:
+        name: the file's stem, e.g. "softmax".
+        path: the problem file.
+        source: its text.
+        seed_source: text of its seed kernel (``seeds/<name>.py`` beside it), or None.
+        distributions: the input distributions it declares, or None for the gate's default.
+    """
+
+    name: str
+    path: Path
+    source: str
+    seed_source: str | None = None
+    distributions: tuple[str, ...] | None = None
+
+
+def builtin_names() -> list[str]:
+    """Names of the built-in problems (``evokernel run NAME`` accepts these)."""
+    d = _builtin_dir()
+    return sorted(p.stem for p in d.glob("*.py") if p.name != "__init__.py")
+
+
+def load_problem(spec: str | Path, seed: str | Path | None = None) -> Problem:
+    """Load one problem from a built-in name or a KernelBench-format file path.
+
+    Args:
+        spec: a built-in name ("softmax") or a path to a ``.py`` file.
+        seed: optional path to a seed kernel file; default ``seeds/<stem>.py`` beside the file.
+    Raises:
+        ProblemError: no such file or name, the file is a folder, or the file is malformed.
+    """
+    path = Path(spec)
+    if not path.exists() and path.suffix != ".py" and "/" not in str(spec):
+        builtin = _builtin_dir() / f"{spec}.py"
+        if builtin.is_file():
+            path = builtin
+        else:
+            raise ProblemError(f"{spec}: no such problem file, and not a built-in problem "
+                               f"(built-ins: {', '.join(builtin_names())})")
+    if path.is_dir():
+        raise ProblemError(f"{path}: is a folder; pass one problem file (a suite takes folders)")
+    if not path.is_file():
+        raise ProblemError(f"{path}: no such problem file")
+    source = _read(path)
+    distributions = _validate(path, source, required=_REQUIRED)
+    seed_path = Path(seed) if seed else path.parent / "seeds" / path.name
+    seed_source = None
+    if seed is not None or seed_path.is_file():
+        if not seed_path.is_file():
+            raise ProblemError(f"{seed_path}: no such seed kernel file")
+        seed_source = _read(seed_path)
+        _validate(seed_path, seed_source, required=("ModelNew",))
+    return Problem(name=path.stem, path=path.resolve(), source=source, seed_source=seed_source,
+                   distributions=distributions)
+
+
+def load_problems(spec: str | Path) -> list[Problem]:
+    """Load a problem file, or every problem file under a folder (KernelBench's ``level1/...``
+    layout or ours), skipping ``__init__.py`` and ``seeds/`` folders.
+
+    Raises:
+        ProblemError: naming every malformed file, or when the folder holds no problem.
+    """
+    path = Path(spec)
+    if not path.is_dir():
+        return [load_problem(spec)]
+    files = sorted(p for p in path.rglob("*.py")
+                   if p.name != "__init__.py" and "seeds" not in p.relative_to(path).parts[:-1])
+    problems, errors = [], []
+    for f in files:
+        try:
+            problems.append(load_problem(f))
+        except ProblemError as e:
+            errors.append(str(e))
+    if errors:
+        raise ProblemError("malformed problem files:\n  " + "\n  ".join(errors))
+    if not problems:
+        raise ProblemError(f"{path}: no problem files (*.py) in this folder")
+    return problems
+
+
+def exec_module(source: str, module_name: str, filename: str) -> types.ModuleType:
+    """Run ``source`` as a fresh module registered under ``module_name`` and return it.
+
+    Used only inside evaluation workers: problem and candidate code runs there and nowhere else.
+    """
+    module = types.ModuleType(module_name)
+    module.__file__ = filename
+    sys.modules[module_name] = module
+    code = compile(source, filename, "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProblemError(f"{path}: cannot read: {e}") from e
+
+
+def _validate(path: Path, source: str, required: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Check statically that ``source`` defines ``required`` at top level; return its declared
+    DISTRIBUTIONS (or None)."""
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as e:
+        raise ProblemError(f"{path}:{e.lineno}: syntax error: {e.msg}") from e
+    defined: set[str] = set()
+    distributions = None
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    defined.add(t.id)
+                    if t.id == "DISTRIBUTIONS":
+                        distributions = _literal_names(path, node.value)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+    missing = [name for name in required if name not in defined]
+    if missing:
+        what = ", ".join(f"{m}()" if m.startswith("get_") else f"class {m}" for m in missing)
+        raise ProblemError(f"{path}: no {what} (a KernelBench-format file defines "
+                           f"{', '.join(required)})")
+    return distributions
+
+
+def _literal_names(path: Path, node: ast.expr) -> tuple[str, ...]:
+    from evokernel.config import KNOWN_DISTRIBUTIONS
+    try:
+        value = ast.literal_eval(node)
+    except ValueError as e:
+        raise ProblemError(f"{path}: DISTRIBUTIONS must be a literal tuple of names") from e
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise ProblemError(f"{path}: DISTRIBUTIONS must be a tuple of names")
+    unknown = [v for v in value if v not in KNOWN_DISTRIBUTIONS]
+    if unknown:
+        raise ProblemError(f"{path}: DISTRIBUTIONS names unknown {unknown}; "
+                           f"known: {list(KNOWN_DISTRIBUTIONS)}")
+    return tuple(value)

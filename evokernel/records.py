@@ -1,0 +1,198 @@
+"""The data that crosses module boundaries: candidates and their evaluation results.
+
+Both are frozen dataclasses that round-trip through JSON (``to_dict`` / ``from_dict``), because the
+run store keeps them and evaluation workers send them across process boundaries.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+def source_id(source: str) -> str:
+    """A candidate's id: the first 16 hex digits of the SHA-256 of its source text."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One kernel proposal: a Python module defining ``ModelNew`` (KernelBench format).
+
+    Attributes:
+        source: the whole module text; its CUDA is built with ``load_inline``.
+        idea: the natural-language optimization idea it implements ("" for the seed kernel).
+        parent_ids: ids of the candidates it was derived from.
+        operator: name of the operator that produced it ("seed", "tune", "idea", ...).
+        generation: the generation it was produced in (0 for the seed kernel).
+    """
+
+    source: str
+    idea: str = ""
+    parent_ids: tuple[str, ...] = ()
+    operator: str = "seed"
+    generation: int = 0
+
+    @property
+    def id(self) -> str:
+        return source_id(self.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["parent_ids"] = list(self.parent_ids)
+        d["id"] = self.id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Candidate":
+        return cls(source=d["source"], idea=d.get("idea", ""),
+                   parent_ids=tuple(d.get("parent_ids", ())), operator=d.get("operator", "seed"),
+                   generation=int(d.get("generation", 0)))
+
+
+class Verdict(str, Enum):
+    ACCEPT = "accept"
+    REJECT = "reject"
+
+
+class Reason(str, Enum):
+    """Why a candidate got its verdict. Every rejection carries exactly one of these."""
+
+    OK = "ok"
+    # The proposal itself.
+    NO_CODE = "no_code"                      # the LLM reply held no usable code
+    # Build and load.
+    BUILD_ERROR = "build_error"              # nvcc / host compiler failed; log kept
+    BUILD_TIMEOUT = "build_timeout"
+    LOAD_ERROR = "load_error"                # module import or ModelNew(...) raised
+    # Running.
+    RUNTIME_ERROR = "runtime_error"          # forward raised a Python / launch error
+    TIMEOUT = "timeout"                      # hang: the worker was killed
+    CUDA_FAULT = "cuda_fault"                # sticky CUDA error (illegal address, ...)
+    WORKER_CRASH = "worker_crash"            # the worker process died (segfault, abort)
+    OUT_OF_MEMORY = "out_of_memory"
+    # Output form.
+    SHAPE_MISMATCH = "shape_mismatch"
+    DTYPE_MISMATCH = "dtype_mismatch"
+    LAZY_OUTPUT = "lazy_output"              # not a plain dense torch.Tensor with real storage
+    NON_FINITE = "non_finite"                # NaN/Inf where the truth is finite
+    CONSTANT_OUTPUT = "constant_output"      # constant where the truth is not
+    # Precision (see evokernel.gate).
+    LOWER_PRECISION = "lower_precision"      # output matches a TF32/FP16/BF16-input truth
+    ACCUMULATION_ERROR = "accumulation_error"
+    UNSTABLE_DISTRIBUTION = "unstable_distribution"
+    WRONG_FUNCTION = "wrong_function"
+    NONDETERMINISTIC = "nondeterministic"    # same inputs, different outputs beyond rounding
+    # Anti-cheat.
+    INPUT_MUTATION = "input_mutation"
+    RESULT_REUSE = "result_reuse"
+    CACHED_OUTPUT = "cached_output"
+    SIDE_STREAM = "side_stream"
+    THREADS = "threads"
+    TIMER_TAMPERING = "timer_tampering"
+    REFERENCE_FALLBACK = "reference_fallback"
+    NO_KERNEL_LAUNCHED = "no_kernel_launched"
+    IMPOSSIBLE_SPEED = "impossible_speed"    # faster than the physical floor
+
+
+@dataclass(frozen=True)
+class ErrorCheck:
+    """Errors of one output against the float64 truth, on one input distribution and seed.
+
+    ``*_norm_error`` is ||x - t||_2 / ||t||_2; ``*_max_error`` is max |x - t| (absolute, in the
+    output's units). ``reference_*`` is PyTorch's own strict-FP32 (TF32 off) error on the same
+    inputs; the ratios divide the candidate's error by it (with a floor, see evokernel.gate).
+    """
+
+    distribution: str
+    seed: int
+    candidate_norm_error: float
+    candidate_max_error: float
+    reference_norm_error: float
+    reference_max_error: float
+    norm_ratio: float
+    max_ratio: float
+    passed: bool
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The verdict on one candidate, with the numbers behind it.
+
+    Times are medians in milliseconds of interleaved trials with an L2 flush before each
+    (evokernel.timing). ``reference_ms`` is PyTorch eager with TF32 off, ``compile_ms`` is
+    ``torch.compile`` (default mode), ``floor_ms`` the physical floor (evokernel.floor).
+    Error ratios are the worst over all checks; ``tolerance_factor`` is the bound they must meet.
+    """
+
+    candidate_id: str
+    verdict: Verdict
+    reason: Reason
+    detail: str = ""
+    distribution: str | None = None
+    seed: int | None = None
+    norm_error_ratio: float | None = None
+    max_error_ratio: float | None = None
+    tolerance_factor: float | None = None
+    reference_ms: float | None = None
+    candidate_ms: float | None = None
+    compile_ms: float | None = None
+    floor_ms: float | None = None
+    build_s: float | None = None
+    eval_s: float | None = None
+    checks: tuple[ErrorCheck, ...] = ()
+    flags: tuple[str, ...] = ()
+    log: str = ""                       # compiler output or traceback tail, when there is one
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict is Verdict.ACCEPT
+
+    @property
+    def speedup(self) -> float:
+        """reference_ms / candidate_ms for an accepted candidate; 0.0 otherwise (never NaN)."""
+        if not self.accepted or not self.reference_ms or not self.candidate_ms:
+            return 0.0
+        s = self.reference_ms / self.candidate_ms
+        return s if math.isfinite(s) else 0.0
+
+    @property
+    def compile_speedup(self) -> float:
+        """compile_ms / candidate_ms for an accepted candidate; 0.0 when unknown."""
+        if not self.accepted or not self.compile_ms or not self.candidate_ms:
+            return 0.0
+        return self.compile_ms / self.candidate_ms
+
+    @property
+    def pct_of_floor(self) -> float | None:
+        """candidate_ms as a percentage of floor_ms: 100 means at the physical floor."""
+        if not self.candidate_ms or not self.floor_ms:
+            return None
+        return 100.0 * self.candidate_ms / self.floor_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["verdict"] = self.verdict.value
+        d["reason"] = self.reason.value
+        d["checks"] = [dataclasses.asdict(c) for c in self.checks]
+        d["flags"] = list(self.flags)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
+        d = dict(d)
+        d["verdict"] = Verdict(d["verdict"])
+        d["reason"] = Reason(d["reason"])
+        d["checks"] = tuple(ErrorCheck(**c) for c in d.get("checks", ()))
+        d["flags"] = tuple(d.get("flags", ()))
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @classmethod
+    def failure(cls, candidate_id: str, reason: Reason, detail: str, **kw: Any) -> "EvalResult":
+        """A rejection with no numbers (build error, crash, timeout, ...)."""
+        return cls(candidate_id=candidate_id, verdict=Verdict.REJECT, reason=reason,
+                   detail=detail, **kw)

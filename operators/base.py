@@ -1,0 +1,94 @@
+"""What an operator is, and what it is given.
+
+An operator is a small picklable class with a ``name``. It takes parents and returns new
+candidates; it never builds, gates or times anything (the evaluator does). A user's own operator
+is just another class with the same shape, passed to ``Evolution(mutations=[...])``.
+
+An LLM reply with no usable code is returned as a candidate whose source is the reply text; the
+evaluator rejects it with reason ``no_code`` and the run store keeps it, so nothing is lost.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+
+from evokernel.problem import Problem
+from evokernel.records import Candidate, EvalResult
+
+if TYPE_CHECKING:  # evokernel.llm imports litellm; only its type is needed here
+    from evokernel.llm import LLMClient
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One idea already tried, and how it did: for the idea prompt's history."""
+
+    idea: str
+    operator: str
+    speedup: float          # 0.0 when rejected
+    reason: str             # Reason value ("ok" when accepted)
+
+
+@dataclass
+class SearchContext:
+    """What an operator may look at when it proposes children.
+
+    Attributes:
+        problem: the reference problem (its source is the reference).
+        generation: the generation being produced (1 for the first offspring).
+        rng: this call's own seeded RNG; use it, not the global one, for reproducibility.
+        llm: the LLM client, or None when no model is configured.
+        results: evaluation results so far, by candidate id (parents are always in it).
+        history: ideas tried so far with their outcomes, oldest first.
+        seen_ids: ids of every candidate already proposed; don't propose them again.
+        device: GPU properties for prompts (name, sm_count, shared_mem_per_block_kb, l2_mb,
+            bandwidth_gbs, ...), or {} when unknown.
+        ideas_per_call, implementations_per_idea: the idea mutation's k and m.
+    """
+
+    problem: Problem
+    generation: int
+    rng: random.Random
+    llm: "LLMClient | None" = None
+    results: Mapping[str, EvalResult] = field(default_factory=dict)
+    history: Sequence[Attempt] = ()
+    seen_ids: frozenset[str] = frozenset()
+    device: Mapping[str, Any] = field(default_factory=dict)
+    ideas_per_call: int = 3
+    implementations_per_idea: int = 2
+
+    def child(self, source: str, *, idea: str, parents: Sequence[Candidate],
+              operator: str) -> Candidate:
+        """A candidate of this generation with the given lineage."""
+        return Candidate(source=source, idea=idea, parent_ids=tuple(p.id for p in parents),
+                         operator=operator, generation=self.generation)
+
+
+@runtime_checkable
+class Mutation(Protocol):
+    """One parent in, zero or more children out."""
+
+    name: str
+
+    def __call__(self, parent: Candidate, ctx: SearchContext) -> list[Candidate]: ...
+
+
+@runtime_checkable
+class Crossover(Protocol):
+    """Two parents in, zero or more children out."""
+
+    name: str
+
+    def __call__(self, parent_a: Candidate, parent_b: Candidate,
+                 ctx: SearchContext) -> list[Candidate]: ...
+
+
+@runtime_checkable
+class RepairOperator(Protocol):
+    """A rejected candidate and its result in, fixed children out."""
+
+    name: str
+
+    def __call__(self, candidate: Candidate, result: EvalResult,
+                 ctx: SearchContext) -> list[Candidate]: ...
