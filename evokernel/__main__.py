@@ -1,0 +1,5 @@
+import sys
+
+from evokernel.cli import main
+
+sys.exit(main())

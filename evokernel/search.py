@@ -1,0 +1,342 @@
+"""The DEAP (mu + lambda) search over kernels.
+
+Each generation: plan every operator call first (parents by tournament, operator by the
+crossover/mutation split), run all the calls concurrently (LLM calls are I/O-bound), evaluate the
+offspring as one batch, send failures to the repair operator, then keep the ``population_size``
+fastest correct kernels (DEAP ``selBest``) as the next parents. A hall of fame keeps the best
+kernels ever seen. The run store is written as each candidate finishes; a killed run resumes from
+its last complete generation and re-evaluates nothing (``Evolution.run(resume=True)``).
+"""
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from deap import base, tools
+from loguru import logger
+
+from evokernel.config import RunConfig
+from evokernel.errors import ConfigError
+from evokernel.evaluator import Evaluator
+from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,
+                                      SearchContext)
+from evokernel.problem import Problem, load_problem
+from evokernel.records import Candidate, EvalResult, Reason
+from evokernel.store import RunStore
+
+#: Rejections worth one LLM repair attempt (not hangs, crashes or cheats).
+REPAIRABLE = frozenset({
+    Reason.BUILD_ERROR, Reason.LOAD_ERROR, Reason.RUNTIME_ERROR, Reason.SHAPE_MISMATCH,
+    Reason.DTYPE_MISMATCH, Reason.NON_FINITE, Reason.LOWER_PRECISION,
+    Reason.ACCUMULATION_ERROR, Reason.UNSTABLE_DISTRIBUTION, Reason.WRONG_FUNCTION,
+    Reason.OUT_OF_MEMORY, Reason.CUDA_FAULT, Reason.NONDETERMINISTIC})
+
+
+class SpeedupFitness(base.Fitness):
+    """DEAP fitness: one objective, speedup over the baseline, maximized. Failures get 0."""
+
+    weights = (1.0,)
+
+
+class Individual:
+    """A DEAP individual: a candidate and its ``(speedup,)`` fitness."""
+
+    __slots__ = ("candidate", "fitness")
+
+    def __init__(self, candidate: Candidate, speedup: float):
+        self.candidate = candidate
+        self.fitness = SpeedupFitness((speedup,))
+
+    def __repr__(self) -> str:
+        return f"Individual({self.candidate.id}, {self.fitness.values[0]:.3f}x)"
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """What one generation produced. ``best_speedup`` is the best in the population so far."""
+
+    generation: int
+    best_id: str | None
+    best_speedup: float
+    valid: int
+    total: int
+    population: tuple[str, ...]
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
+class RunResult:
+    """A finished (or budget-stopped) search."""
+
+    run_dir: Path
+    generations: list[GenerationStats]
+    hall_of_fame: list[tuple[Candidate, EvalResult]]
+    stopped: str = "completed"                 # or "budget"
+    best_path: Path | None = None
+
+    @property
+    def best(self) -> tuple[Candidate, EvalResult] | None:
+        return self.hall_of_fame[0] if self.hall_of_fame else None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    operator: Any
+    parents: tuple[Candidate, ...]
+    seed: int
+    repair_of: EvalResult | None = None
+
+
+@dataclass
+class Evolution:
+    """A kernel search for one problem.
+
+    Args:
+        problem: a Problem or a built-in name / file path.
+        config: the RunConfig (defaults: population 4, 8 operator calls per generation,
+            3 generations, no LLM).
+        mutations / crossovers / repair: operators (see evokernel.operators). Default: with a
+            model configured, IdeaMutation + TuneMutation, LLMCrossover, Repair; without one,
+            TuneMutation only.
+        evaluator: default CudaEvaluator on every visible GPU.
+        llm: default an LLMClient from config.llm when a model is set.
+        on_generation: called after every generation with its GenerationStats.
+    """
+
+    problem: Problem | str
+    config: RunConfig = field(default_factory=RunConfig)
+    mutations: Sequence[Mutation] | None = None
+    crossovers: Sequence[Crossover] | None = None
+    repair: RepairOperator | None = None
+    evaluator: Evaluator | None = None
+    llm: Any = None
+    on_generation: Callable[[GenerationStats], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.problem, Problem):
+            self.problem = load_problem(self.problem)
+        uses_llm = self.llm is not None or self.config.llm.model is not None
+        if self.mutations is None:
+            from evokernel.operators import IdeaMutation, TuneMutation
+            self.mutations = [IdeaMutation(), TuneMutation()] if uses_llm else [TuneMutation()]
+        if self.crossovers is None:
+            if uses_llm:
+                from evokernel.operators import LLMCrossover
+                self.crossovers = [LLMCrossover()]
+            else:
+                self.crossovers = []
+        if self.repair is None and uses_llm:
+            from evokernel.operators import Repair
+            self.repair = Repair()
+        if not self.mutations and not self.crossovers:
+            raise ConfigError("Evolution needs at least one mutation or crossover operator")
+        self._fitness_key = (lambda r: r.compile_speedup) if \
+            self.config.evaluation.baseline == "compile" else (lambda r: r.speedup)
+
+    # ---------------------------------------------------------------------------------------
+    def run(self, resume: bool = False) -> RunResult:
+        """Run (or resume) the search; returns when all generations ran or the budget is spent.
+
+        Raises:
+            ConfigError: bad config, an existing run dir without ``resume``, or no seed kernel
+                and no LLM to write one.
+            NoGPUError: no GPU for the default evaluator.
+        """
+        problem: Problem = self.problem  # type: ignore[assignment]
+        cfg = self.config
+        run_dir = Path(cfg.run_dir or f"runs/{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if resume:
+            store = RunStore(run_dir)
+            cfg = store.config()
+        else:
+            store = RunStore.create(run_dir, cfg, problem)
+        self._store = store
+        if self.llm is None and cfg.llm.model is not None:
+            from evokernel.llm import LLMClient
+            self.llm = LLMClient(cfg.llm, cache_path=run_dir / "llm_cache.sqlite",
+                                 on_usage=store.record_llm_call)
+        owns_evaluator = self.evaluator is None
+        if self.evaluator is None:
+            from evokernel.evaluator import CudaEvaluator
+            self.evaluator = CudaEvaluator(problem, cfg.evaluation)
+        store.set_meta("device", self.evaluator.info)
+        try:
+            return self._loop(problem, cfg, store, run_dir)
+        finally:
+            if owns_evaluator:
+                self.evaluator.close()
+
+    def _loop(self, problem: Problem, cfg: RunConfig, store: RunStore,
+              run_dir: Path) -> RunResult:
+        sc = cfg.search
+        self._candidates = store.candidates()
+        self._results = store.results()
+        rng = random.Random(sc.seed)
+        hof = tools.HallOfFame(maxsize=10, similar=lambda a, b: a.candidate.id == b.candidate.id)
+        history: list[GenerationStats] = []
+        done = store.generations()
+        if done:
+            last = done[-1]
+            population = [self._individual(self._candidates[i]) for i in last["population"]]
+            rng.setstate(_rng_state(last["rng_state"]))
+            start = last["generation"] + 1
+            hof.update([self._individual(c) for c in self._candidates.values()
+                        if c.id in self._results])
+            logger.info("resuming {} after generation {}", run_dir, last["generation"])
+        else:
+            population = [self._individual(c) for c in self._evaluate(self._initial(problem))]
+            hof.update(population)
+            history.append(self._end_generation(0, population, population, rng))
+            start = 1
+        stopped = "completed"
+        for gen in range(start, sc.generations + 1):
+            if self.llm is not None and self.llm.budget_exceeded():
+                stopped = "budget"
+                logger.warning("LLM budget spent: stopping before generation {}", gen)
+                break
+            plans = self._plan(population, rng)
+            children = self._vary(plans, gen)
+            offspring = [self._individual(c) for c in self._evaluate(children)]
+            for _ in range(sc.repair_attempts if self.repair else 0):
+                broken = [i.candidate for i in offspring
+                          if self._results[i.candidate.id].reason in REPAIRABLE]
+                if not broken:
+                    break
+                fixes = self._vary([_Plan(self.repair, (c,), rng.getrandbits(64),
+                                          self._results[c.id]) for c in broken], gen)
+                offspring += [self._individual(c) for c in self._evaluate(fixes)]
+            population = self._select(population + offspring, sc.population_size)
+            hof.update(offspring)
+            history.append(self._end_generation(gen, population, offspring, rng))
+        best_path = store.export_best()
+        fame = [(i.candidate, self._results[i.candidate.id]) for i in hof
+                if self._results[i.candidate.id].accepted]
+        return RunResult(run_dir=run_dir, generations=history, hall_of_fame=fame,
+                         stopped=stopped, best_path=best_path)
+
+    # -- pieces -------------------------------------------------------------------------------
+    def _individual(self, cand: Candidate) -> Individual:
+        return Individual(cand, self._fitness_key(self._results[cand.id]))
+
+    def _initial(self, problem: Problem) -> list[Candidate]:
+        if problem.seed_source is not None:
+            return [Candidate(source=problem.seed_source, idea="seed kernel (round-0 port)",
+                              operator="seed", generation=0)]
+        if self.llm is None:
+            raise ConfigError(f"{problem.path}: no seed kernel (expected "
+                              f"{problem.path.parent / 'seeds' / problem.path.name}) and no LLM "
+                              "to write one: pass --seed KERNEL.py or --model provider/name")
+        from evokernel.operators import SeedPort
+        ctx = self._context(0, random.Random(self.config.search.seed))
+        port = SeedPort()(problem, ctx)
+        if not port:
+            raise ConfigError(f"{problem.path}: the LLM wrote no first kernel")
+        return port
+
+    def _evaluate(self, cands: list[Candidate]) -> list[Candidate]:
+        """Store and evaluate the candidates not evaluated yet; return them all, in order."""
+        unique = list({c.id: c for c in cands}.values())
+        for c in unique:
+            self._store.add_candidate(c)
+            self._candidates.setdefault(c.id, c)
+        todo = [c for c in unique if c.id not in self._results]
+        if todo:
+            assert self.evaluator is not None
+            for r in self.evaluator.evaluate(todo, on_result=self._store.add_result):
+                self._results[r.candidate_id] = r
+        return unique
+
+    def _plan(self, population: list[Individual], rng: random.Random) -> list[_Plan]:
+        """All of a generation's operator calls, decided before any is made (DEAP's varOr
+        split: a crossover with probability cxpb, else a mutation)."""
+        sc = self.config.search
+        plans = []
+        for _ in range(sc.offspring_per_generation):
+            if self.crossovers and len(population) >= 2 and rng.random() < sc.crossover_prob:
+                a = _tournament(population, rng)
+                b = _tournament([i for i in population if i is not a], rng)
+                plans.append(_Plan(rng.choice(self.crossovers), (a.candidate, b.candidate),
+                                   rng.getrandbits(64)))
+            elif self.mutations:
+                parent = _tournament(population, rng)
+                plans.append(_Plan(rng.choice(self.mutations), (parent.candidate,),
+                                   rng.getrandbits(64)))
+        return plans
+
+    def _context(self, gen: int, rng: random.Random) -> SearchContext:
+        older = {cid: c for cid, c in self._candidates.items() if c.generation < gen}
+        results = {cid: r for cid, r in self._results.items() if cid in older}
+        attempts = [Attempt(idea=c.idea, operator=c.operator,
+                            speedup=self._fitness_key(results[cid]),
+                            reason=results[cid].reason.value)
+                    for cid, c in older.items() if cid in results and c.operator != "seed"]
+        sc = self.config.search
+        return SearchContext(problem=self.problem, generation=gen, rng=rng,  # type: ignore[arg-type]
+                             llm=self.llm, results=results, history=attempts,
+                             seen_ids=frozenset(older),
+                             device=dict(self.evaluator.info) if self.evaluator else {},
+                             ideas_per_call=sc.ideas_per_call,
+                             implementations_per_idea=sc.implementations_per_idea)
+
+    def _vary(self, plans: list[_Plan], gen: int) -> list[Candidate]:
+        """Run the planned operator calls concurrently; children in plan order."""
+        def call(plan: _Plan) -> list[Candidate]:
+            ctx = self._context(gen, random.Random(plan.seed))
+            try:
+                if plan.repair_of is not None:
+                    return list(plan.operator(plan.parents[0], plan.repair_of, ctx))
+                return list(plan.operator(*plan.parents, ctx))
+            except Exception:  # a user operator's bug costs its children, not the run
+                logger.exception("operator {} failed", getattr(plan.operator, "name", "?"))
+                return []
+        if not plans:
+            return []
+        with ThreadPoolExecutor(max_workers=min(32, len(plans))) as pool:
+            batches = list(pool.map(call, plans))
+        seen = {cid for cid, c in self._candidates.items() if c.generation < gen}
+        out: list[Candidate] = []
+        for batch in batches:
+            for c in batch:
+                if c.id not in seen:
+                    seen.add(c.id)
+                    out.append(c)
+        return out
+
+    def _select(self, individuals: list[Individual], mu: int) -> list[Individual]:
+        unique = list({i.candidate.id: i for i in individuals}.values())
+        valid = [i for i in unique if self._results[i.candidate.id].accepted]
+        return tools.selBest(valid or unique, mu)
+
+    def _end_generation(self, gen: int, population: list[Individual],
+                        offspring: list[Individual], rng: random.Random) -> GenerationStats:
+        best = max(population, key=lambda i: i.fitness.values[0])
+        valid = sum(self._results[i.candidate.id].accepted for i in offspring)
+        usage = self.llm.usage if self.llm is not None else {}
+        stats = GenerationStats(
+            generation=gen, best_id=best.candidate.id, best_speedup=best.fitness.values[0],
+            valid=valid, total=len(offspring),
+            population=tuple(i.candidate.id for i in population),
+            tokens=int(usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)),
+            cost_usd=float(usage.get("cost_usd", 0.0)))
+        self._store.end_generation(gen, list(stats.population), stats.best_id,
+                                   stats.best_speedup, valid, len(offspring), rng.getstate())
+        if self.on_generation is not None:
+            self.on_generation(stats)
+        return stats
+
+
+def _tournament(population: Sequence[Individual], rng: random.Random, size: int = 2) -> Individual:
+    """Tournament selection with the run's own RNG (DEAP's selTournament uses the global one)."""
+    contestants = [rng.choice(population) for _ in range(size)]
+    return max(contestants, key=lambda i: i.fitness.values[0])
+
+
+def _rng_state(state: Any) -> tuple[Any, ...]:
+    """random.Random state from its JSON form (lists back to tuples)."""
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)

@@ -1,0 +1,188 @@
+"""The run store: one directory per run, written as each candidate finishes.
+
+Layout of a run directory:
+    config.json     the RunConfig (evokernel.config), written once
+    problem.py      a copy of the reference problem
+    run.sqlite      candidates, results, generations, LLM calls and run metadata (SQLite, WAL
+                    mode, so ``evokernel show`` can read a run that is still going)
+    best.py         the best accepted kernel, as a standalone candidate file
+
+SQLite (stdlib) gives atomic, crash-safe writes: a run killed with kill -9 at any point loses at
+most the record being written, and resumes from what is there (evokernel.search).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from evokernel.config import RunConfig
+from evokernel.errors import ConfigError
+from evokernel.problem import Problem
+from evokernel.records import Candidate, EvalResult
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS candidates (
+    id TEXT PRIMARY KEY, source TEXT NOT NULL, idea TEXT, parent_ids TEXT, operator TEXT,
+    generation INTEGER, created_s REAL);
+CREATE TABLE IF NOT EXISTS results (
+    candidate_id TEXT PRIMARY KEY, verdict TEXT, reason TEXT, speedup REAL, data TEXT,
+    evaluated_s REAL);
+CREATE TABLE IF NOT EXISTS generations (
+    generation INTEGER PRIMARY KEY, population TEXT, best_id TEXT, best_speedup REAL,
+    valid INTEGER, total INTEGER, rng_state TEXT, finished_s REAL);
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, data TEXT, at_s REAL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+class RunStore:
+    """Read and write one run directory. Thread-safe (LLM threads record their calls)."""
+
+    def __init__(self, run_dir: str | Path):
+        """Open an existing run directory (see ``create`` to make one).
+
+        Raises:
+            ConfigError: ``run_dir`` holds no run store.
+        """
+        self.run_dir = Path(run_dir)
+        db = self.run_dir / "run.sqlite"
+        if not db.is_file():
+            raise ConfigError(f"{self.run_dir}: not a run directory (no run.sqlite)")
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(db, check_same_thread=False, timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    @classmethod
+    def create(cls, run_dir: str | Path, config: RunConfig, problem: Problem) -> "RunStore":
+        """Make a new run directory with its config and a copy of the problem.
+
+        Raises:
+            ConfigError: the directory already holds a run (resume it instead).
+        """
+        run_dir = Path(run_dir)
+        if (run_dir / "run.sqlite").exists():
+            raise ConfigError(f"{run_dir}: already holds a run; resume it with --resume "
+                              "or choose another --run-dir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(config.to_json() + "\n")
+        (run_dir / "problem.py").write_text(problem.source)
+        sqlite3.connect(run_dir / "run.sqlite").close()
+        store = cls(run_dir)
+        store.set_meta("problem", {"name": problem.name, "path": str(problem.path)})
+        store.set_meta("started_s", time.time())
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- writes -----------------------------------------------------------------------------
+    def _write(self, sql: str, args: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._db.execute(sql, args)
+            self._db.commit()
+
+    def add_candidate(self, c: Candidate) -> None:
+        """Record a proposal (idempotent: a candidate already stored is kept as it was)."""
+        self._write("INSERT OR IGNORE INTO candidates VALUES (?,?,?,?,?,?,?)",
+                    (c.id, c.source, c.idea, json.dumps(list(c.parent_ids)), c.operator,
+                     c.generation, time.time()))
+
+    def add_result(self, r: EvalResult) -> None:
+        """Record a verdict (the latest one for a candidate wins)."""
+        self._write("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?)",
+                    (r.candidate_id, r.verdict.value, r.reason.value, r.speedup,
+                     json.dumps(r.to_dict()), time.time()))
+
+    def end_generation(self, generation: int, population: list[str], best_id: str | None,
+                       best_speedup: float, valid: int, total: int,
+                       rng_state: Any = None) -> None:
+        """Mark a generation complete: its surviving population and the RNG state after it."""
+        self._write("INSERT OR REPLACE INTO generations VALUES (?,?,?,?,?,?,?,?)",
+                    (generation, json.dumps(population), best_id, best_speedup, valid, total,
+                     json.dumps(rng_state), time.time()))
+
+    def record_llm_call(self, data: dict[str, Any]) -> None:
+        self._write("INSERT INTO llm_calls (data, at_s) VALUES (?,?)",
+                    (json.dumps(data), time.time()))
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._write("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+    # -- reads ------------------------------------------------------------------------------
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def config(self) -> RunConfig:
+        return RunConfig.from_dict(json.loads((self.run_dir / "config.json").read_text()))
+
+    def meta(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self._rows("SELECT key, value FROM meta")}
+
+    def candidates(self) -> dict[str, Candidate]:
+        """Every stored candidate by id, in the order they were proposed."""
+        rows = self._rows("SELECT id, source, idea, parent_ids, operator, generation "
+                          "FROM candidates ORDER BY rowid")
+        return {r[0]: Candidate(source=r[1], idea=r[2] or "", parent_ids=tuple(json.loads(r[3])),
+                                operator=r[4], generation=r[5]) for r in rows}
+
+    def results(self) -> dict[str, EvalResult]:
+        """Every verdict by candidate id."""
+        return {r[0]: EvalResult.from_dict(json.loads(r[1]))
+                for r in self._rows("SELECT candidate_id, data FROM results ORDER BY rowid")}
+
+    def generations(self) -> list[dict[str, Any]]:
+        """Completed generations, oldest first."""
+        rows = self._rows("SELECT generation, population, best_id, best_speedup, valid, total, "
+                          "rng_state, finished_s FROM generations ORDER BY generation")
+        return [{"generation": g, "population": json.loads(p), "best_id": b,
+                 "best_speedup": s, "valid": v, "total": t, "rng_state": json.loads(rs),
+                 "finished_s": f} for g, p, b, s, v, t, rs, f in rows]
+
+    def llm_calls(self) -> list[dict[str, Any]]:
+        return [json.loads(d) for (d,) in self._rows("SELECT data FROM llm_calls ORDER BY id")]
+
+    def llm_usage(self) -> dict[str, float]:
+        """Totals over every recorded LLM call: calls, tokens by kind, cost_usd, cache hits."""
+        total = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0,
+                 "cost_usd": 0.0, "cached": 0}
+        for c in self.llm_calls():
+            total["calls"] += 1
+            for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
+                total[k] += int(c.get(k) or 0)
+            total["cost_usd"] += float(c.get("cost_usd") or 0.0)
+            total["cached"] += int(bool(c.get("cached")))
+        return total
+
+    def best(self) -> tuple[Candidate, EvalResult] | None:
+        """The accepted candidate with the highest speedup, or None."""
+        rows = self._rows("SELECT candidate_id FROM results WHERE verdict='accept' "
+                          "ORDER BY speedup DESC, rowid LIMIT 1")
+        if not rows:
+            return None
+        cid = rows[0][0]
+        return self.candidates()[cid], self.results()[cid]
+
+    def export_best(self, path: str | Path | None = None) -> Path | None:
+        """Write the best accepted kernel as a standalone candidate file (default: best.py in
+        the run directory). Returns its path, or None when nothing was accepted."""
+        best = self.best()
+        if best is None:
+            return None
+        cand, res = best
+        out = Path(path) if path else self.run_dir / "best.py"
+        header = (f"# evokernel: best kernel of run {self.run_dir.name} for problem "
+                  f"{self.meta().get('problem', {}).get('name', '?')}\n"
+                  f"# candidate {cand.id}, generation {cand.generation}, operator {cand.operator}; "
+                  f"speedup {res.speedup:.3f}x over eager ({res.reference_ms} ms -> "
+                  f"{res.candidate_ms} ms)\n# idea: {cand.idea.splitlines()[0] if cand.idea else '-'}\n")
+        out.write_text(header + cand.source)
+        return out

@@ -1,0 +1,276 @@
+"""The GPU evaluation worker: the only process that runs problem and candidate code.
+
+Started by evokernel.workers as ``python -m evokernel.worker IN_FD OUT_FD`` with an environment
+that holds no API keys (LLM-written code is untrusted) and ``CUDA_VISIBLE_DEVICES`` set to its
+one GPU. It receives pickled messages on IN_FD and answers on OUT_FD:
+
+    {"kind": "setup", "problem": {...}, "config": RunConfig dict, "arch": "9.0"}
+        -> {"kind": "ready", "info": {...device, baselines, floor...}} | {"kind": "setup_error"}
+    {"kind": "eval", "candidate": Candidate dict}
+        -> {"kind": "result", "result": EvalResult dict, "fatal": bool}
+
+After a sticky CUDA error (illegal address, misaligned access, ...) it answers with
+``fatal: True`` and exits, so the next candidate runs in a fresh process and is never blamed.
+Anything the candidate prints goes to the worker's log file, not to the protocol pipes.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from evokernel.config import EvalConfig, RunConfig
+from evokernel.records import Candidate, EvalResult, Reason, Verdict
+
+#: Substrings of CUDA errors after which the context is unusable: the worker must exit.
+_STICKY = ("illegal memory access", "misaligned address", "unspecified launch failure",
+           "device-side assert", "illegal instruction", "an illegal", "invalid program counter",
+           "uncorrectable", "cuda error: unknown error", "launch timed out")
+
+
+def _tail(text: str, n: int = 4000) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def classify_exception(exc: BaseException) -> tuple[Reason, bool]:
+    """Map an exception raised by candidate code to (reason, fatal).
+
+    fatal is True for sticky CUDA errors, after which this process must not run anything else.
+    """
+    import torch
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text:
+        return Reason.OUT_OF_MEMORY, False
+    if any(s in text for s in _STICKY):
+        return Reason.CUDA_FAULT, True
+    if "cuda error" in text or "cudaerror" in text:
+        return Reason.CUDA_FAULT, True
+    return Reason.RUNTIME_ERROR, False
+
+
+class _Tamper:
+    """Snapshot of the objects a cheating candidate might monkey-patch or multiply."""
+
+    def __init__(self) -> None:
+        import torch
+        self._objs = {
+            "time.perf_counter": (time, "perf_counter"),
+            "time.time": (time, "time"),
+            "torch.cuda.synchronize": (torch.cuda, "synchronize"),
+            "torch.cuda.Event": (torch.cuda, "Event"),
+            "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
+            "torch.cuda.Event.record": (torch.cuda.Event, "record"),
+            "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
+        }
+        self._saved = {k: getattr(o, a) for k, (o, a) in self._objs.items()}
+        self._threads = {t.ident for t in threading.enumerate()}
+
+    def check(self) -> tuple[Reason, str] | None:
+        """A named reason when a timer was replaced or a thread/process was started."""
+        changed = [k for k, (o, a) in self._objs.items() if getattr(o, a) is not self._saved[k]]
+        if changed:
+            for k, (o, a) in self._objs.items():  # restore, so later candidates are timed right
+                setattr(o, a, self._saved[k])
+            return Reason.TIMER_TAMPERING, f"replaced {', '.join(changed)}"
+        import multiprocessing
+        new = [t.name for t in threading.enumerate() if t.ident not in self._threads]
+        if new:
+            return Reason.THREADS, f"started threads {new}"
+        if multiprocessing.active_children():
+            return Reason.THREADS, "started child processes"
+        return None
+
+
+class Session:
+    """One problem's state in this worker: reference, cached truths, baselines and floor."""
+
+    def __init__(self, problem: dict[str, Any], config: EvalConfig, arch: str):
+        import torch
+        from evokernel import floor as floor_mod
+        from evokernel.gate import GateReference, strict_fp32
+        from evokernel.problem import exec_module
+        from evokernel.timing import L2Flusher
+
+        self.config, self.arch = config, arch
+        self.device = torch.device("cuda", 0)
+        torch.cuda.set_device(self.device)
+        self.problem_name = problem["name"]
+        self.module = exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
+                                  problem["path"])
+        declared = tuple(problem["distributions"]) if problem.get("distributions") else None
+        with strict_fp32():
+            self.ref = GateReference.build(self.module, config.gate, self.device, declared)
+        self.timing_inputs = self.ref.timing_input_sets(3)
+        self.flusher = L2Flusher(self.device)
+        self.peaks = floor_mod.measure_peaks(self.device, config.cache_path)
+        inputs = self.timing_inputs[0]
+        with strict_fp32(), torch.no_grad():
+            outputs = self.ref.model(*inputs)
+        params = list(self.ref.model.parameters()) + list(self.ref.model.buffers())
+        self.flops = floor_mod.count_flops(self.ref.model, inputs)
+        self.min_bytes = floor_mod.min_bytes(list(inputs) + params, outputs)
+        self.floor_ms, self.bound = floor_mod.floor_ms(self.flops, self.min_bytes, self.peaks)
+        del outputs
+        self.compile_ms = self._compile_baseline() if config.measure_compile else None
+        self.tamper = _Tamper()
+        props = torch.cuda.get_device_properties(self.device)
+        self.info = {
+            "device": props.name, "sm_count": props.multi_processor_count,
+            "l2_mb": round(props.L2_cache_size / 2**20, 1),
+            "total_memory_gb": round(props.total_memory / 2**30, 1),
+            "shared_mem_per_block_optin_kb": getattr(props, "shared_memory_per_block_optin", 0)
+            // 1024,
+            "capability": f"{props.major}.{props.minor}", "arch": arch,
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "copy_gbs": self.peaks.copy_gbs, "fp32_tflops": self.peaks.fp32_tflops,
+            "tf32_tflops": self.peaks.tf32_tflops, "bf16_tflops": self.peaks.bf16_tflops,
+            "flops": self.flops, "min_bytes": self.min_bytes, "floor_ms": self.floor_ms,
+            "floor_bound": self.bound, "compile_ms": self.compile_ms,
+            "skipped_distributions": dict(self.ref.skipped),
+        }
+
+    def _compile_baseline(self) -> float | None:
+        """torch.compile (default mode) median ms, timed interleaved with eager (TF32 off)."""
+        import torch
+        from evokernel.gate import strict_fp32
+        from evokernel.timing import time_interleaved
+        try:
+            compiled = torch.compile(self.ref.model)
+            sets = self.timing_inputs
+            with strict_fp32(), torch.no_grad():
+                stats = time_interleaved(
+                    {"eager": lambda i: self.ref.model(*sets[i % len(sets)]),
+                     "compile": lambda i: compiled(*sets[i % len(sets)])},
+                    self.config.timing, device=self.device, flush=self.flusher)
+            return stats["compile"].median_ms
+        except Exception:  # a problem torch.compile cannot handle: report no compile baseline
+            print("torch.compile baseline failed:\n" + traceback.format_exc(), flush=True)
+            return None
+
+    def evaluate(self, cand: Candidate) -> tuple[EvalResult, bool]:
+        """Gate then time one candidate. Returns (result, fatal)."""
+        t0 = time.perf_counter()
+        try:
+            result = self._evaluate(cand)
+            fatal = False
+        except Exception as e:
+            reason, fatal = classify_exception(e)
+            result = EvalResult.failure(cand.id, reason, f"{type(e).__name__}: {e}"[:2000],
+                                        log=_tail(traceback.format_exc()))
+        return _with(result, eval_s=time.perf_counter() - t0), fatal
+
+    def _evaluate(self, cand: Candidate) -> EvalResult:
+        import torch
+        from evokernel.build import load_candidate
+        from evokernel.gate import align_parameters, gate_candidate, strict_fp32
+        from evokernel.scan import scan_source
+        from evokernel.timing import side_stream_suspect, time_interleaved
+        from evokernel.floor import impossible
+
+        flags = scan_source(cand.source)
+        try:
+            module = load_candidate(cand.source, f"evokernel_cand_{cand.id}",
+                                    self.config.cache_path, self.arch)
+            if not hasattr(module, "ModelNew"):
+                return EvalResult.failure(cand.id, Reason.NO_CODE,
+                                          "the module defines no ModelNew", flags=flags)
+            torch.manual_seed(0)
+            model_new = module.ModelNew(*self.ref.init_inputs).to(self.device)
+            align_parameters(self.ref.model, model_new)
+        except Exception as e:
+            reason, fatal = classify_exception(e)
+            if reason is Reason.RUNTIME_ERROR:
+                reason = Reason.LOAD_ERROR
+            if fatal:
+                raise
+            return EvalResult.failure(cand.id, reason, f"{type(e).__name__}: {e}"[:2000],
+                                      log=_tail(traceback.format_exc()), flags=flags)
+        with strict_fp32(), torch.no_grad():
+            outcome = gate_candidate(self.ref, model_new, cand.source)
+        common = dict(checks=outcome.checks, norm_error_ratio=outcome.norm_error_ratio,
+                      max_error_ratio=outcome.max_error_ratio,
+                      tolerance_factor=self.config.gate.tolerance_factor,
+                      distribution=outcome.distribution, seed=outcome.seed,
+                      floor_ms=self.floor_ms, compile_ms=self.compile_ms,
+                      flags=tuple(flags) + tuple(outcome.flags))
+        tampered = self.tamper.check()
+        if tampered:
+            return EvalResult.failure(cand.id, tampered[0], tampered[1], **common)
+        if not outcome.passed:
+            return EvalResult.failure(cand.id, outcome.reason, outcome.detail, **common)
+        sets = self.timing_inputs
+        with strict_fp32(), torch.no_grad():
+            stats = time_interleaved(
+                {"reference": lambda i: self.ref.model(*sets[i % len(sets)]),
+                 "candidate": lambda i: model_new(*sets[i % len(sets)])},
+                self.config.timing, device=self.device, flush=self.flusher)
+        ref_ms, cand_ms = stats["reference"].median_ms, stats["candidate"].median_ms
+        timed = dict(common, reference_ms=ref_ms, candidate_ms=cand_ms)
+        tampered = self.tamper.check()
+        if tampered:
+            return EvalResult.failure(cand.id, tampered[0], tampered[1], **timed)
+        if side_stream_suspect(stats["candidate"]):
+            host = sorted(stats["candidate"].host_times_ms)[len(stats["candidate"].host_times_ms) // 2]
+            return EvalResult.failure(
+                cand.id, Reason.SIDE_STREAM,
+                f"CUDA events saw {cand_ms:.4f} ms but the host, synchronizing the whole device, "
+                f"saw {host:.4f} ms: work runs outside the timed stream", **timed)
+        if impossible(cand_ms, self.floor_ms):
+            return EvalResult.failure(
+                cand.id, Reason.IMPOSSIBLE_SPEED,
+                f"{cand_ms:.4f} ms is below the physical floor {self.floor_ms:.4f} ms "
+                f"({self.bound}-bound: {self.flops:.3g} FLOP, {self.min_bytes:.3g} bytes)", **timed)
+        detail = (f"accepted: norm ratio {outcome.norm_error_ratio:.3g}, max ratio "
+                  f"{outcome.max_error_ratio:.3g} (factor {self.config.gate.tolerance_factor:g}); "
+                  f"reference {ref_ms:.4f} ms, candidate {cand_ms:.4f} ms "
+                  f"(95% CI {stats['candidate'].ci_low_ms:.4f}-{stats['candidate'].ci_high_ms:.4f},"
+                  f" {stats['candidate'].trials} trials)")
+        if outcome.detail and outcome.reason is not Reason.OK:
+            detail += "; " + outcome.detail
+        return EvalResult(candidate_id=cand.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                          detail=detail, **timed)
+
+
+def _with(result: EvalResult, **changes: Any) -> EvalResult:
+    import dataclasses
+    return dataclasses.replace(result, **changes)
+
+
+def main(argv: list[str]) -> int:
+    conn_in = Connection(int(argv[1]), writable=False)
+    conn_out = Connection(int(argv[2]), readable=False)
+    session: Session | None = None
+    while True:
+        try:
+            msg = conn_in.recv()
+        except (EOFError, OSError):
+            return 0
+        kind = msg.get("kind")
+        if kind == "setup":
+            try:
+                config = RunConfig.from_dict(msg["config"]).evaluation
+                session = Session(msg["problem"], config, msg["arch"])
+                conn_out.send({"kind": "ready", "info": session.info})
+            except Exception:
+                conn_out.send({"kind": "setup_error", "error": _tail(traceback.format_exc())})
+                return 2
+        elif kind == "eval":
+            if session is None:
+                conn_out.send({"kind": "setup_error", "error": "eval before setup"})
+                return 2
+            cand = Candidate.from_dict(msg["candidate"])
+            result, fatal = session.evaluate(cand)
+            sys.stdout.flush()
+            conn_out.send({"kind": "result", "result": result.to_dict(), "fatal": fatal})
+            if fatal:
+                os._exit(3)  # the CUDA context is gone; never run another candidate here
+        elif kind == "stop":
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

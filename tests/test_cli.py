@@ -1,0 +1,59 @@
+"""The CLI's argument errors, its no-GPU message, and problem listing."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from evokernel.cli import main
+
+
+def test_no_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+    assert "required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "softmax", "--population", "many"], "invalid int value"),
+    (["run", "--frobnicate"], "unrecognized arguments"),
+    (["check", "softmax"], "the following arguments are required: kernel"),
+])
+def test_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bad_problem_names_it(capsys, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n")
+    assert main(["check", str(bad), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "no class Model" in err
+
+
+def test_missing_kernel_file(capsys, tmp_path):
+    assert main(["check", "softmax", str(tmp_path / "k.py")]) == 2
+    assert "no such kernel file" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_run_without_gpu_says_what_is_needed_and_what_works(capsys):
+    assert main(["run", "softmax", "--generations", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "make test" in err and "evokernel problems" in err
+
+
+def test_problems_lists_builtins(capsys):
+    assert main(["problems"]) == 0
+    out = capsys.readouterr().out
+    for name in ("matmul", "conv2d", "softmax", "layernorm", "conv2d_relu_maxpool"):
+        assert name in out
+
+
+def test_import_has_no_side_effects():
+    code = ("import sys, evokernel; "
+            "assert 'litellm' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,87 @@
+"""Problem loading: built-ins, KernelBench files and folders, and errors that name the file."""
+import pytest
+
+from evokernel.errors import ProblemError
+from evokernel.problem import builtin_names, load_problem, load_problems
+
+GOOD = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_builtins_load_with_seed_kernels():
+    names = builtin_names()
+    assert set(names) == {"matmul", "conv2d", "softmax", "layernorm", "conv2d_relu_maxpool"}
+    for name in names:
+        p = load_problem(name)
+        assert p.name == name and "class Model" in p.source
+        assert p.seed_source is not None and "class ModelNew" in p.seed_source
+        assert "// tune:" in p.seed_source
+
+
+def test_kernelbench_file_and_folder(tmp_path):
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "1_relu.py").write_text(GOOD)
+    (level / "2_relu.py").write_text(GOOD.replace("relu", "tanh"))
+    (level / "__init__.py").write_text("")
+    p = load_problem(level / "1_relu.py")
+    assert p.name == "1_relu" and p.seed_source is None and p.distributions is None
+    assert [q.name for q in load_problems(tmp_path)] == ["1_relu", "2_relu"]
+
+
+@pytest.mark.parametrize("text, message", [
+    (GOOD.replace("def get_inputs", "def get_input"), r"no get_inputs\(\)"),
+    (GOOD.replace("def get_init_inputs", "def init"), r"no get_init_inputs\(\)"),
+    (GOOD.replace("class Model", "class Net"), r"no class Model"),
+    (GOOD.replace("return [torch.randn(8, 8)]", "return [torch.randn(8, 8)"), r":9: syntax"),
+    (GOOD + "DISTRIBUTIONS = ('problem', 'gaussian_blur')\n", r"unknown \['gaussian_blur'\]"),
+])
+def test_malformed_file_names_file_and_fault(tmp_path, text, message):
+    f = tmp_path / "bad.py"
+    f.write_text(text)
+    with pytest.raises(ProblemError, match=message) as e:
+        load_problem(f)
+    assert str(f) in str(e.value)
+
+
+def test_folder_lists_every_malformed_file(tmp_path):
+    (tmp_path / "ok.py").write_text(GOOD)
+    (tmp_path / "bad1.py").write_text("x = 1\n")
+    (tmp_path / "bad2.py").write_text(GOOD.replace("get_inputs", "inputs"))
+    with pytest.raises(ProblemError) as e:
+        load_problems(tmp_path)
+    assert "bad1.py" in str(e.value) and "bad2.py" in str(e.value) and "ok.py" not in str(e.value)
+
+
+def test_declared_distributions_and_seed_beside_file(tmp_path):
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "p.py").write_text(GOOD + "DISTRIBUTIONS = ('problem', 'small_scale')\n")
+    (tmp_path / "seeds" / "p.py").write_text("class ModelNew:\n    pass\n")
+    p = load_problem(tmp_path / "p.py")
+    assert p.distributions == ("problem", "small_scale") and "ModelNew" in p.seed_source
+    assert [q.name for q in load_problems(tmp_path)] == ["p"]     # seeds/ is not a problem
+
+
+def test_unknown_name_and_missing_paths(tmp_path):
+    with pytest.raises(ProblemError, match="built-ins: .*softmax"):
+        load_problem("sofmax")
+    with pytest.raises(ProblemError, match="no such problem file"):
+        load_problem(tmp_path / "nope.py")
+    with pytest.raises(ProblemError, match="is a folder"):
+        load_problem(tmp_path)
+    (tmp_path / "p.py").write_text(GOOD)
+    with pytest.raises(ProblemError, match="no such seed kernel"):
+        load_problem(tmp_path / "p.py", seed=tmp_path / "missing.py")
+    with pytest.raises(ProblemError, match="no problem files"):
+        load_problems(tmp_path / "empty") if (tmp_path / "empty").mkdir() is None else None

@@ -1,0 +1,118 @@
+"""The DEAP loop with a fake evaluator: selection, lineage, store, and resume after a kill."""
+import dataclasses
+
+import pytest
+
+from evokernel.config import RunConfig, SearchConfig
+from evokernel.errors import ConfigError
+from evokernel.problem import Problem
+from evokernel.search import Evolution
+from evokernel.store import RunStore
+from evokernel.operators.tune import TuneMutation
+from fakes import KERNEL, FakeEvaluator, Interrupt
+
+REFERENCE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x): return x\n" \
+            "def get_inputs(): return [torch.randn(4)]\ndef get_init_inputs(): return []\n"
+
+
+def problem(tmp_path, seed=KERNEL):
+    path = tmp_path / "ident.py"
+    path.write_text(REFERENCE)
+    return Problem(name="ident", path=path, source=REFERENCE, seed_source=seed)
+
+
+def config(tmp_path, name="run", **search):
+    s = dict(population_size=3, offspring_per_generation=4, generations=3, seed=7)
+    s.update(search)
+    return RunConfig(run_dir=str(tmp_path / name), search=SearchConfig(**s))
+
+
+def test_search_improves_on_seed_and_records_lineage(tmp_path):
+    ev = FakeEvaluator()
+    seen = []
+    result = Evolution(problem(tmp_path), config(tmp_path), mutations=[TuneMutation()],
+                       evaluator=ev, on_generation=seen.append).run()
+    assert [g.generation for g in seen] == [0, 1, 2, 3]
+    assert seen[0].best_speedup == pytest.approx(1.1 * 1.1)      # seed: BLOCK 128, UNROLL 1
+    assert seen[-1].best_speedup > seen[0].best_speedup
+    assert all(b.best_speedup >= a.best_speedup for a, b in zip(seen, seen[1:]))  # (mu + lambda)
+    assert len(ev.evaluated) == len(set(ev.evaluated))              # nothing timed twice
+    store = RunStore(result.run_dir)
+    cands, results = store.candidates(), store.results()
+    assert set(cands) == set(results) == set(ev.evaluated)
+    for c in cands.values():
+        if c.operator == "tune":
+            assert c.parent_ids and all(p in cands for p in c.parent_ids)
+            assert c.idea.startswith("tune ") and c.generation >= 1
+    best_cand, best_res = result.best
+    assert best_res.speedup == max(r.speedup for r in results.values())
+    assert (result.run_dir / "best.py").read_text().endswith(best_cand.source)
+    assert store.config() == config(tmp_path)
+    # a rejected candidate (BLOCK=1024) never enters the population
+    for g in store.generations():
+        assert all(results[i].accepted for i in g["population"])
+
+
+def test_resume_after_kill_evaluates_nothing_twice_and_matches(tmp_path):
+    full = FakeEvaluator()
+    Evolution(problem(tmp_path), config(tmp_path, "full"), mutations=[TuneMutation()],
+              evaluator=full).run()
+    for die_after in (1, 3, 6, 9):
+        name = f"killed{die_after}"
+        first = FakeEvaluator(die_after=die_after)
+        with pytest.raises(Interrupt):
+            Evolution(problem(tmp_path), config(tmp_path, name), mutations=[TuneMutation()],
+                      evaluator=first).run()
+        second = FakeEvaluator()
+        Evolution(problem(tmp_path), config(tmp_path, name), mutations=[TuneMutation()],
+                  evaluator=second).run(resume=True)
+        assert not set(first.evaluated) & set(second.evaluated)
+        assert sorted(first.evaluated + second.evaluated) == sorted(full.evaluated)
+        a = RunStore(tmp_path / "full").generations()
+        b = RunStore(tmp_path / name).generations()
+        assert [g["population"] for g in a] == [g["population"] for g in b]
+
+
+def test_no_seed_and_no_llm_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="no seed kernel"):
+        Evolution(problem(tmp_path, seed=None), config(tmp_path), evaluator=FakeEvaluator()).run()
+
+
+def test_existing_run_dir_needs_resume(tmp_path):
+    Evolution(problem(tmp_path), config(tmp_path, generations=0), evaluator=FakeEvaluator()).run()
+    with pytest.raises(ConfigError, match="already holds a run"):
+        Evolution(problem(tmp_path), config(tmp_path, generations=0),
+                  evaluator=FakeEvaluator()).run()
+
+
+class Doubler:
+    """A user-defined mutation: no framework change needed to plug it in."""
+
+    name = "doubler"
+
+    def __call__(self, parent, ctx):
+        import re
+        b = int(re.search(r"BLOCK = (\d+)", parent.source)[1])
+        if b >= 512:
+            return []
+        src = parent.source.replace(f"BLOCK = {b};", f"BLOCK = {2 * b};")
+        return [ctx.child(src, idea=f"double BLOCK to {2 * b}", parents=[parent],
+                          operator=self.name)]
+
+
+def test_custom_operator_plugs_in(tmp_path):
+    result = Evolution(problem(tmp_path), config(tmp_path), mutations=[Doubler()],
+                       evaluator=FakeEvaluator()).run()
+    cand, res = result.best
+    assert cand.operator == "doubler" and "BLOCK = 512;" in cand.source
+
+
+def test_failed_operator_does_not_stop_the_run(tmp_path):
+    class Broken:
+        name = "broken"
+
+        def __call__(self, parent, ctx):
+            raise RuntimeError("bug in a user operator")
+    result = Evolution(problem(tmp_path), config(tmp_path), mutations=[Broken(), TuneMutation()],
+                       evaluator=FakeEvaluator()).run()
+    assert len(result.generations) == 4
