@@ -214,7 +214,7 @@ class Session:
         if tampered:
             return EvalResult.failure(cand.id, tampered[0], tampered[1], **timed)
         if side_stream_suspect(stats["candidate"]):
-            host = sorted(stats["candidate"].host_times_ms)[len(stats["candidate"].host_times_ms) // 2]
+            host = stats["candidate"].host_median_ms
             return EvalResult.failure(
                 cand.id, Reason.SIDE_STREAM,
                 f"CUDA events saw {cand_ms:.4f} ms but the host, synchronizing the whole device, "
