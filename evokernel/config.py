@@ -114,6 +114,20 @@ class LLMConfig:
     max_retries: int = 4
     max_total_tokens: int | None = None       # budget stop, checked between generations
     max_cost_usd: float | None = None
+    # Optional weighted ensemble: ((model, weight), ...). Each call picks one model with an RNG
+    # seeded by the request, so a replay picks the same one. With an ensemble and model=None,
+    # model is set to the heaviest member (so "an LLM is configured" stays `model is not None`).
+    models: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        models = tuple((str(m), float(w)) for m, w in self.models)  # JSON lists -> tuples
+        if any(not m or not w > 0 for m, w in models):
+            raise ConfigError(f"llm.models: need (model, weight > 0) pairs, got {self.models}")
+        object.__setattr__(self, "models", models)
+        if models and self.model is None:
+            object.__setattr__(self, "model", max(models, key=lambda mw: mw[1])[0])
+        if self.max_concurrency < 1 or self.max_retries < 0 or not self.timeout_s > 0:
+            raise ConfigError("llm: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,15 @@
+"""Variation operators: they take parents and return candidates, never build or time anything.
+
+Importing this package does not import litellm (evokernel.llm imports it only when a call is
+made).
+"""
+from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,
+                                      SearchContext)
+from evokernel.operators.crossover import LLMCrossover
+from evokernel.operators.idea import IdeaMutation
+from evokernel.operators.port import SeedPort
+from evokernel.operators.repair import Repair
+from evokernel.operators.tune import TuneMutation
+
+__all__ = ["Attempt", "Crossover", "IdeaMutation", "LLMCrossover", "Mutation", "Repair",
+           "RepairOperator", "SearchContext", "SeedPort", "TuneMutation"]

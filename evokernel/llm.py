@@ -1,0 +1,386 @@
+"""LLM access through litellm: the only module that imports litellm, and only when a call is made.
+
+One call shape for every provider (``litellm.completion(model="provider/name", ...)``), with:
+- an optional weighted ensemble (``LLMConfig.models``), the model picked per request by an RNG
+  seeded on the request, so a replay picks the same model;
+- a concurrency limit (a semaphore of ``max_concurrency``; callers run calls in threads);
+- retries with exponential backoff (tenacity) on 429, 5xx, connection errors and timeouts, and
+  none on a context-window overflow, authentication or other 4xx errors;
+- a hard per-call timeout, enforced even when a provider ignores litellm's ``timeout=``;
+- token and cost accounting per call, reported through ``on_usage`` and summed in ``usage``;
+- a token / cost budget (``budget_exceeded()``; ``complete()`` refuses to send once over it);
+- a sqlite reply cache keyed by the request, so a re-run replays exactly with zero requests.
+
+API keys come only from the provider's usual environment variables (OPENAI_API_KEY, ...). A local
+server goes through ``api_base``: ``hosted_vllm/<name>`` or ``ollama/<name>`` need no key;
+``openai/<name>`` (any OpenAI-compatible server) needs OPENAI_API_KEY set to any value.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from loguru import logger
+
+from evokernel.config import LLMConfig
+from evokernel.errors import BudgetExceeded, LLMError
+
+MockResponse = str | Callable[[list[dict]], str]
+
+
+@dataclass(frozen=True)
+class LLMReply:
+    """One completed call.
+
+    Attributes:
+        text: the reply's content ("" when the provider returned none).
+        model: the litellm model string that answered.
+        prompt_tokens, completion_tokens, reasoning_tokens: token usage as the provider reported
+            it (reasoning tokens are part of completion tokens); 0 for a cache hit.
+        cost_usd: litellm's cost estimate in US dollars; 0.0 when unknown and for a cache hit.
+        cached: True when the reply came from the replay cache (no request was sent).
+        latency_s: wall time of the call including retries and backoff, in seconds.
+    """
+
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    cost_usd: float
+    cached: bool
+    latency_s: float
+
+
+class _HardTimeout(Exception):
+    """The provider did not answer within timeout_s (our own deadline, retried like a Timeout)."""
+
+
+def request_key(model: str, messages: list[dict], temperature: float, max_tokens: int | None,
+                sample_index: int) -> str:
+    """The replay-cache key: SHA-256 hex of the request's model, messages, sampling parameters
+    and sample index. The api_base, keys and timeouts are not part of it (they don't change what
+    is asked)."""
+    payload = json.dumps({"model": model, "messages": messages, "temperature": temperature,
+                          "max_tokens": max_tokens, "sample_index": sample_index},
+                         sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class ReplyCache:
+    """Replies stored in one sqlite file, by ``request_key``. Safe across threads and processes."""
+
+    def __init__(self, path: Path) -> None:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "llm_cache.sqlite"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        with self._lock, closing(self._connect()) as conn, conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, model TEXT,"
+                         " text TEXT NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER,"
+                         " reasoning_tokens INTEGER, cost_usd REAL, created_s REAL)")
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(str(self.path), timeout=30.0)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored reply for ``key`` (text, model, tokens, cost), or None."""
+        with self._lock, closing(self._connect()) as conn:
+            row = conn.execute("SELECT model, text, prompt_tokens, completion_tokens,"
+                               " reasoning_tokens, cost_usd FROM replies WHERE key = ?",
+                               (key,)).fetchone()
+        if row is None:
+            return None
+        return dict(zip(("model", "text", "prompt_tokens", "completion_tokens",
+                         "reasoning_tokens", "cost_usd"), row))
+
+    def put(self, key: str, reply: LLMReply) -> None:
+        """Store ``reply`` under ``key`` (replacing any earlier entry)."""
+        with self._lock, closing(self._connect()) as conn, conn:
+            conn.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (key, reply.model, reply.text, reply.prompt_tokens,
+                          reply.completion_tokens, reply.reasoning_tokens, reply.cost_usd,
+                          time.time()))
+
+
+def _litellm() -> Any:
+    # litellm fetches its model-cost map from the network at import unless told to use the copy
+    # it ships; use that copy (costs stay reproducible, and offline machines do not stall).
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm  # lazy: importing litellm takes seconds; `import evokernel` must not
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a failed call is worth retrying: 429, 5xx, connection errors and timeouts are;
+    a context-window overflow, authentication, bad requests and other 4xx errors are not."""
+    if isinstance(exc, _HardTimeout):
+        return True
+    litellm = _litellm()
+    never = (litellm.ContextWindowExceededError, litellm.AuthenticationError,
+             litellm.BadRequestError, litellm.NotFoundError, litellm.PermissionDeniedError,
+             litellm.UnprocessableEntityError)
+    if isinstance(exc, never):
+        return False
+    always = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
+              litellm.InternalServerError, litellm.ServiceUnavailableError,
+              litellm.BadGatewayError)
+    if isinstance(exc, always):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status >= 500 or status in (408, 429))
+
+
+def _retry_after_s(exc: BaseException | None) -> float:
+    """The server's Retry-After header in seconds, or 0.0 when absent or unreadable."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    try:
+        return max(0.0, float(headers.get("retry-after", 0.0)))
+    except (TypeError, ValueError, AttributeError):
+        return 0.0
+
+
+class LLMClient:
+    """Thread-safe chat completions through litellm, with retries, timeout, budget and cache.
+
+    Args:
+        config: model(s), api_base, sampling parameters, limits and budget (LLMConfig).
+        cache_path: sqlite file (or folder, then ``llm_cache.sqlite`` in it) for the replay
+            cache; None disables caching.
+        on_usage: called after every call (sent, cached or failed) with a dict: purpose, model,
+            sample_index, prompt_tokens, completion_tokens, reasoning_tokens, cost_usd, cached,
+            latency_s, attempts, error (None or the error text). For the run store.
+        mock_response: passed to ``litellm.completion(mock_response=...)`` so tests go through
+            litellm without a network; a callable gets the messages and returns the reply text.
+        backoff_initial_s, backoff_max_s: exponential backoff between retries (the first wait,
+            doubling, capped), plus up to ``backoff_initial_s`` of jitter; a server's
+            Retry-After is honoured up to the cap.
+    Raises:
+        ValueError: no model configured, or bad backoff values.
+    """
+
+    def __init__(self, config: LLMConfig, *, cache_path: Path | None = None,
+                 on_usage: Callable[[dict], None] | None = None,
+                 mock_response: MockResponse | None = None,
+                 backoff_initial_s: float = 1.0, backoff_max_s: float = 60.0) -> None:
+        if config.model is None and not config.models:
+            raise ValueError("LLMClient: LLMConfig.model (or models) must name a litellm model")
+        if not 0 <= backoff_initial_s <= backoff_max_s:
+            raise ValueError("LLMClient: need 0 <= backoff_initial_s <= backoff_max_s")
+        self.config = config
+        self.cache = ReplyCache(cache_path) if cache_path is not None else None
+        self.on_usage = on_usage
+        self.mock_response = mock_response
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._semaphore = threading.Semaphore(config.max_concurrency)
+        self._lock = threading.Lock()
+        self._jitter = random.Random()
+        self._unpriced: set[str] = set()
+        self._totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                                        "reasoning_tokens": 0, "cost_usd": 0.0,
+                                        "cache_hits": 0, "errors": 0, "retries": 0}
+
+    @property
+    def usage(self) -> dict[str, Any]:
+        """Totals so far: calls (answered requests), prompt/completion/reasoning tokens, cost_usd,
+        cache_hits, errors (calls that failed for good) and retries. Cache hits add no tokens."""
+        with self._lock:
+            return dict(self._totals)
+
+    def budget_exceeded(self) -> bool:
+        """True once prompt + completion tokens reach ``max_total_tokens`` or the cost reaches
+        ``max_cost_usd``. Calls in flight when it turns True still finish, so a run can overshoot
+        by up to ``max_concurrency`` calls."""
+        cfg = self.config
+        with self._lock:
+            tokens = self._totals["prompt_tokens"] + self._totals["completion_tokens"]
+            cost = self._totals["cost_usd"]
+        return ((cfg.max_total_tokens is not None and tokens >= cfg.max_total_tokens)
+                or (cfg.max_cost_usd is not None and cost >= cfg.max_cost_usd))
+
+    def choose_model(self, messages: list[dict], sample_index: int = 0) -> str:
+        """The model for this request: ``config.model``, or with an ensemble a weighted draw
+        from an RNG seeded by (messages, sample_index), so the same request picks the same model."""
+        if not self.config.models:
+            return str(self.config.model)
+        seed = hashlib.sha256(json.dumps([messages, sample_index], sort_keys=True,
+                                         default=str).encode()).hexdigest()
+        names = [m for m, _ in self.config.models]
+        weights = [w for _, w in self.config.models]
+        return random.Random(int(seed[:16], 16)).choices(names, weights=weights)[0]
+
+    def complete(self, messages: list[dict], *, purpose: str, sample_index: int = 0) -> LLMReply:
+        """Send one chat completion (or replay it from the cache).
+
+        Args:
+            messages: OpenAI-style ``[{"role": ..., "content": ...}, ...]``.
+            purpose: what the call is for ("ideas", "implement", "repair", ...), for the record.
+            sample_index: distinguishes repeated samples of the same request (cache key).
+        Returns: the LLMReply.
+        Raises:
+            BudgetExceeded: the budget is already spent (nothing is sent).
+            LLMError: the call failed for good (after retries, or with a non-retried error).
+            ValueError: malformed messages.
+        """
+        if not messages or not all(isinstance(m, dict) and "role" in m and "content" in m
+                                   for m in messages):
+            raise ValueError("complete: messages must be a non-empty list of "
+                             "{'role': ..., 'content': ...} dicts")
+        cfg = self.config
+        model = self.choose_model(messages, sample_index)
+        key = request_key(model, messages, cfg.temperature, cfg.max_tokens, sample_index)
+        start = time.perf_counter()
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None:
+            reply = LLMReply(text=hit["text"], model=hit["model"], prompt_tokens=0,
+                             completion_tokens=0, reasoning_tokens=0, cost_usd=0.0, cached=True,
+                             latency_s=time.perf_counter() - start)
+            with self._lock:
+                self._totals["cache_hits"] += 1
+            self._report(reply, purpose, sample_index, attempts=0, error=None)
+            return reply
+        if self.budget_exceeded():
+            raise BudgetExceeded(f"{purpose}: LLM budget spent ({self._budget_text()}); "
+                                 "not sending")
+        attempts = [0]
+        try:
+            response = self._call_with_retries(model, messages, purpose, attempts)
+        except Exception as e:  # every failure becomes LLMError, after the record is written
+            error = f"{type(e).__name__}: {str(e)[:500]}"
+            failed = LLMReply("", model, 0, 0, 0, 0.0, False, time.perf_counter() - start)
+            with self._lock:
+                self._totals["errors"] += 1
+            self._report(failed, purpose, sample_index, attempts=attempts[0], error=error)
+            if isinstance(e, _HardTimeout):
+                error = f"no reply within timeout_s={cfg.timeout_s}"
+            raise LLMError(f"{purpose}: {model}: {error} (after {attempts[0]} attempt(s))") from e
+        reply = self._reply_from(response, model, time.perf_counter() - start)
+        with self._lock:
+            t = self._totals
+            t["calls"] += 1
+            t["prompt_tokens"] += reply.prompt_tokens
+            t["completion_tokens"] += reply.completion_tokens
+            t["reasoning_tokens"] += reply.reasoning_tokens
+            t["cost_usd"] += reply.cost_usd
+        if self.cache is not None:
+            self.cache.put(key, reply)
+        self._report(reply, purpose, sample_index, attempts=attempts[0], error=None)
+        return reply
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _budget_text(self) -> str:
+        u = self.usage
+        return (f"{u['prompt_tokens'] + u['completion_tokens']} tokens of "
+                f"{self.config.max_total_tokens}, ${u['cost_usd']:.4f} of "
+                f"{self.config.max_cost_usd}")
+
+    def _call_with_retries(self, model: str, messages: list[dict], purpose: str,
+                           attempts: list[int]) -> Any:
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt
+
+        def wait_s(state: Any) -> float:
+            base = min(self.backoff_max_s,
+                       self.backoff_initial_s * 2.0 ** (state.attempt_number - 1))
+            base += self._jitter.uniform(0.0, self.backoff_initial_s)
+            exc = state.outcome.exception() if state.outcome else None
+            return min(self.backoff_max_s, max(base, _retry_after_s(exc)))
+
+        def before_sleep(state: Any) -> None:
+            with self._lock:
+                self._totals["retries"] += 1
+            exc = state.outcome.exception() if state.outcome else None
+            logger.warning("LLM {} ({}): attempt {} failed ({}: {}); retrying in {:.1f} s",
+                           purpose, model, state.attempt_number, type(exc).__name__,
+                           str(exc)[:200], state.next_action.sleep if state.next_action else 0)
+
+        retrying = Retrying(stop=stop_after_attempt(self.config.max_retries + 1), wait=wait_s,
+                            retry=retry_if_exception(is_retryable), before_sleep=before_sleep,
+                            reraise=True)
+        for attempt in retrying:
+            with attempt:
+                attempts[0] += 1
+                return self._attempt(model, messages)
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    def _attempt(self, model: str, messages: list[dict]) -> Any:
+        """One request in a worker thread; stop waiting after timeout_s (hard deadline)."""
+        litellm = _litellm()
+        cfg = self.config
+        kwargs: dict[str, Any] = {"model": model, "messages": messages,
+                                  "temperature": cfg.temperature, "timeout": cfg.timeout_s,
+                                  "num_retries": 0, "max_retries": 0, "drop_params": True}
+        if cfg.max_tokens is not None:
+            kwargs["max_tokens"] = cfg.max_tokens
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                mock = self.mock_response
+                if mock is not None:
+                    kwargs["mock_response"] = mock(messages) if callable(mock) else mock
+                box["response"] = litellm.completion(**kwargs)
+            except BaseException as e:  # handed to the waiting caller, which raises it
+                box["error"] = e
+            finally:
+                done.set()
+
+        with self._semaphore:
+            # A daemon thread, not a pool: an abandoned hung call must not block exit.
+            threading.Thread(target=work, name="evokernel-llm", daemon=True).start()
+            if not done.wait(cfg.timeout_s):
+                raise _HardTimeout(f"{model}: no reply within {cfg.timeout_s} s")
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
+
+    def _reply_from(self, response: Any, model: str, latency_s: float) -> LLMReply:
+        try:
+            text = response.choices[0].message.content or ""
+        except (AttributeError, IndexError, TypeError):
+            text = ""
+        usage = getattr(response, "usage", None)
+        details = getattr(usage, "completion_tokens_details", None)
+        cost = 0.0
+        try:
+            cost = float(_litellm().completion_cost(completion_response=response) or 0.0)
+        except Exception:  # unknown model or price: cost unknown, counted as 0.0
+            if model not in self._unpriced:
+                self._unpriced.add(model)
+                logger.info("LLM {}: litellm knows no price; its cost is counted as 0.0", model)
+        return LLMReply(text=text, model=model,
+                        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                        reasoning_tokens=int(getattr(details, "reasoning_tokens", 0) or 0),
+                        cost_usd=cost, cached=False, latency_s=latency_s)
+
+    def _report(self, reply: LLMReply, purpose: str, sample_index: int, *, attempts: int,
+                error: str | None) -> None:
+        if self.on_usage is None:
+            return
+        record = {"purpose": purpose, "model": reply.model, "sample_index": sample_index,
+                  "prompt_tokens": reply.prompt_tokens,
+                  "completion_tokens": reply.completion_tokens,
+                  "reasoning_tokens": reply.reasoning_tokens, "cost_usd": reply.cost_usd,
+                  "cached": reply.cached, "latency_s": reply.latency_s, "attempts": attempts,
+                  "error": error}
+        try:
+            self.on_usage(record)
+        except Exception:  # a broken recorder must not lose the reply
+            logger.exception("on_usage callback failed for an LLM {} call", purpose)

@@ -1,0 +1,156 @@
+"""The idea mutation (Stanford CRFM "fast kernels" style): write k ideas, then m implementations of
+each, all implementations concurrently.
+
+Also holds ``write_children``, the concurrent "messages in, candidates out" step that the other
+LLM operators (crossover, repair, port) share.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from loguru import logger
+
+from evokernel.errors import LLMError
+from evokernel.parsing import extract_code, extract_summary, parse_ideas
+from evokernel.prompts import ideas_prompt, implement_prompt
+from evokernel.records import Candidate
+from evokernel.operators.base import SearchContext
+
+#: Most threads one operator call starts; the LLM client's semaphore bounds requests anyway.
+MAX_THREADS = 64
+
+
+@dataclass(frozen=True)
+class Request:
+    """One planned LLM call of an operator, and the lineage its child gets."""
+
+    messages: list[dict]
+    purpose: str                      # "implement", "crossover", "repair", "port"
+    sample_index: int
+    idea: str                         # the child's idea when the reply does not override it
+    parents: tuple[Candidate, ...]
+    idea_from_reply: bool = False     # use the reply's "Idea: ..." line when it has one
+
+
+def draw_sample_base(ctx: SearchContext) -> int:
+    """A sample index base from the call's seeded RNG, so that the same request made twice in a
+    run (same parent chosen twice) gets fresh samples, while a replay draws the same ones."""
+    return ctx.rng.randrange(1 << 30)
+
+
+def write_children(requests: Sequence[Request], ctx: SearchContext, *,
+                   operator: str) -> list[Candidate]:
+    """Send ``requests`` concurrently and turn each reply into a child of ``ctx.generation``.
+
+    A reply with no usable code becomes a child whose source is the raw reply (the evaluator
+    rejects it as ``no_code`` and the run store keeps it). A request that fails with LLMError
+    (including BudgetExceeded) is logged and skipped; the others are kept. Children already in
+    ``ctx.seen_ids``, or duplicated within this call, are dropped. Order follows ``requests``.
+    Returns: the children ([] when ``ctx.llm`` is None).
+    """
+    llm = ctx.llm
+    if llm is None or not requests:
+        return []
+
+    def one(req: Request) -> Candidate | None:
+        try:
+            reply = llm.complete(req.messages, purpose=req.purpose,
+                                 sample_index=req.sample_index)
+        except LLMError as e:
+            logger.warning("{}: {} call {} failed, skipped: {}", operator, req.purpose,
+                           req.sample_index, e)
+            return None
+        code = extract_code(reply.text)
+        if code is None:
+            logger.info("{}: {} reply holds no usable code; kept as a no-code candidate",
+                        operator, req.purpose)
+        idea = req.idea
+        if req.idea_from_reply:
+            idea = extract_summary(reply.text) or req.idea
+        return ctx.child(code if code is not None else reply.text, idea=idea,
+                         parents=req.parents, operator=operator)
+
+    workers = max(1, min(len(requests), MAX_THREADS))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"evokernel-{operator}") as pool:
+        results = list(pool.map(one, requests))
+    children: list[Candidate] = []
+    seen = set(ctx.seen_ids)
+    for child in results:
+        if child is None:
+            continue
+        if child.id in seen:
+            logger.debug("{}: child {} already proposed; dropped", operator, child.id)
+            continue
+        seen.add(child.id)
+        children.append(child)
+    return children
+
+
+@dataclass
+class IdeaMutation:
+    """One LLM call writes k distinct ideas for the parent; then m implementations of each idea
+    are written concurrently (k*m calls, bounded by the client's concurrency limit).
+
+    The ideas call sees the problem, the parent's source and measured result
+    (``ctx.results[parent.id]``), the ideas tried so far (``ctx.history``) and the GPU
+    (``ctx.device``). Implementation j of idea i is requested with ``sample_index = j``, so the
+    m samples are distinct cache entries.
+
+    Args:
+        k, m: ideas per call and implementations per idea; None takes ``ctx.ideas_per_call`` and
+            ``ctx.implementations_per_idea``.
+        name: the operator name recorded in each child.
+    Returns (call): up to k*m children with ``operator=name``, ``parent_ids=(parent.id,)``,
+        ``idea`` = the idea text and ``generation=ctx.generation``; [] when there is no LLM or
+        the ideas call fails. Never raises on LLM failures or malformed replies.
+    """
+
+    k: int | None = None
+    m: int | None = None
+    name: str = "idea"
+
+    def __post_init__(self) -> None:
+        if (self.k is not None and self.k < 1) or (self.m is not None and self.m < 1):
+            raise ValueError(f"IdeaMutation: k and m must be >= 1 (got k={self.k}, m={self.m})")
+
+    def ideas(self, parent: Candidate, ctx: SearchContext, k: int) -> list[str]:
+        """The ideas call alone: up to k distinct ideas for ``parent`` ([] on any failure)."""
+        if ctx.llm is None:
+            return []
+        messages = ideas_prompt(ctx.problem.source, parent.source, ctx.results.get(parent.id),
+                                ctx.history, ctx.device, k)
+        try:
+            reply = ctx.llm.complete(messages, purpose="ideas",
+                                     sample_index=draw_sample_base(ctx))
+        except LLMError as e:
+            logger.warning("{}: ideas call for {} failed: {}", self.name, parent.id, e)
+            return []
+        ideas = parse_ideas(reply.text, k)
+        if not ideas:
+            logger.warning("{}: ideas reply for {} held no readable ideas", self.name, parent.id)
+        elif len(ideas) < k:
+            logger.info("{}: asked for {} ideas, got {}", self.name, k, len(ideas))
+        return ideas
+
+    def __call__(self, parent: Candidate, ctx: SearchContext) -> list[Candidate]:
+        if ctx.llm is None:
+            logger.warning("{}: no LLM configured; no children", self.name)
+            return []
+        k = self.k if self.k is not None else ctx.ideas_per_call
+        m = self.m if self.m is not None else ctx.implementations_per_idea
+        if k < 1 or m < 1:
+            raise ValueError(f"{self.name}: k and m must be >= 1 (got k={k}, m={m})")
+        requests = [Request(messages=implement_prompt(ctx.problem.source, parent.source, idea),
+                            purpose="implement", sample_index=j, idea=idea, parents=(parent,))
+                    for idea in self.ideas(parent, ctx, k) for j in range(m)]
+        return write_children(requests, ctx, operator=self.name)
+
+
+def plan_samples(ctx: SearchContext, n: int, make: Callable[[int], Request]) -> list[Request]:
+    """``n`` requests built by ``make(sample_index)``, sample indices drawn from ``ctx.rng``."""
+    if n < 1:
+        raise ValueError(f"need at least one sample, got {n}")
+    base = draw_sample_base(ctx)
+    return [make(base + j) for j in range(n)]
