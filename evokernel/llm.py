@@ -27,7 +27,7 @@ import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from loguru import logger
 
@@ -169,12 +169,16 @@ class LLMClient:
             Retry-After is honoured up to the cap.
     Raises:
         ValueError: no model configured, or bad backoff values.
+
+    ``spent`` (tokens and cost_usd already spent, e.g. RunStore.llm_usage() of a resumed run)
+    counts towards the budget, so a resumed run stops where the uninterrupted one would.
     """
 
     def __init__(self, config: LLMConfig, *, cache_path: Path | None = None,
                  on_usage: Callable[[dict], None] | None = None,
                  mock_response: MockResponse | None = None,
-                 backoff_initial_s: float = 1.0, backoff_max_s: float = 60.0) -> None:
+                 backoff_initial_s: float = 1.0, backoff_max_s: float = 60.0,
+                 spent: Mapping[str, float] | None = None) -> None:
         if config.model is None and not config.models:
             raise ValueError("LLMClient: LLMConfig.model (or models) must name a litellm model")
         if not 0 <= backoff_initial_s <= backoff_max_s:
@@ -192,6 +196,8 @@ class LLMClient:
         self._totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
                                         "reasoning_tokens": 0, "cost_usd": 0.0,
                                         "cache_hits": 0, "errors": 0, "retries": 0}
+        for key in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd"):
+            self._totals[key] += (spent or {}).get(key, 0)
 
     @property
     def usage(self) -> dict[str, Any]:

@@ -159,7 +159,7 @@ class Evolution:
         if self.llm is None and cfg.llm.model is not None:
             from evokernel.llm import LLMClient
             self.llm = LLMClient(cfg.llm, cache_path=run_dir / "llm_cache.sqlite",
-                                 on_usage=store.record_llm_call)
+                                 on_usage=store.record_llm_call, spent=store.llm_usage())
         owns_evaluator = self.evaluator is None
         if self.evaluator is None:
             from evokernel.evaluator import CudaEvaluator

@@ -151,15 +151,18 @@ class RunStore:
         return [json.loads(d) for (d,) in self._rows("SELECT data FROM llm_calls ORDER BY id")]
 
     def llm_usage(self) -> dict[str, float]:
-        """Totals over every recorded LLM call: calls, tokens by kind, cost_usd, cache hits."""
+        """Totals over every recorded LLM call: calls, tokens by kind and cost_usd of the calls
+        actually sent (replayed cache hits cost nothing), and the number of cache hits."""
         total = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0,
                  "cost_usd": 0.0, "cached": 0}
         for c in self.llm_calls():
             total["calls"] += 1
+            total["cached"] += int(bool(c.get("cached")))
+            if c.get("cached"):
+                continue
             for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
                 total[k] += int(c.get(k) or 0)
             total["cost_usd"] += float(c.get("cost_usd") or 0.0)
-            total["cached"] += int(bool(c.get("cached")))
         return total
 
     def best(self) -> tuple[Candidate, EvalResult] | None:

@@ -34,7 +34,7 @@ def test_records_round_trip(tmp_path):
     store.record_llm_call({"purpose": "ideas", "prompt_tokens": 10, "completion_tokens": 5,
                            "cost_usd": 0.01, "cached": False})
     store.record_llm_call({"purpose": "implement", "prompt_tokens": 7, "completion_tokens": 3,
-                           "cost_usd": 0.0, "cached": True})
+                           "cost_usd": 0.5, "cached": True})
 
     again = RunStore(tmp_path / "run")           # a reader, as `evokernel show` on a live run
     assert again.candidates() == {seed.id: seed, child.id: child}
@@ -43,7 +43,7 @@ def test_records_round_trip(tmp_path):
     assert again.config() == cfg
     assert again.generations()[0]["population"] == [seed.id]
     usage = again.llm_usage()
-    assert usage["calls"] == 2 and usage["prompt_tokens"] == 17 and usage["cached"] == 1
+    assert usage["calls"] == 2 and usage["prompt_tokens"] == 10 and usage["cached"] == 1
     assert usage["cost_usd"] == pytest.approx(0.01)
     assert again.best() == (seed, good)
     out = again.export_best()
