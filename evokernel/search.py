@@ -160,6 +160,8 @@ class Evolution:
             from evokernel.llm import LLMClient
             self.llm = LLMClient(cfg.llm, cache_path=run_dir / "llm_cache.sqlite",
                                  on_usage=store.record_llm_call, spent=store.llm_usage())
+        elif self.llm is not None and getattr(self.llm, "on_usage", False) is None:
+            self.llm.on_usage = store.record_llm_call   # a client passed in: record its calls
         owns_evaluator = self.evaluator is None
         if self.evaluator is None:
             from evokernel.evaluator import CudaEvaluator
