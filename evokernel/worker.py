@@ -196,7 +196,7 @@ class Session:
                       tolerance_factor=self.config.gate.tolerance_factor,
                       distribution=outcome.distribution, seed=outcome.seed,
                       floor_ms=self.floor_ms, compile_ms=self.compile_ms,
-                      flags=tuple(flags) + tuple(outcome.flags))
+                      flags=tuple(dict.fromkeys(tuple(flags) + tuple(outcome.flags))))
         tampered = self.tamper.check()
         if tampered:
             return EvalResult.failure(cand.id, tampered[0], tampered[1], **common)
@@ -229,7 +229,7 @@ class Session:
                   f"reference {ref_ms:.4f} ms, candidate {cand_ms:.4f} ms "
                   f"(95% CI {stats['candidate'].ci_low_ms:.4f}-{stats['candidate'].ci_high_ms:.4f},"
                   f" {stats['candidate'].trials} trials)")
-        if outcome.detail and outcome.reason is not Reason.OK:
+        if outcome.detail and "accumulation" in outcome.detail:
             detail += "; " + outcome.detail
         return EvalResult(candidate_id=cand.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
                           detail=detail, **timed)

@@ -1,0 +1,601 @@
+"""The precision gate and the output anti-cheat checks (DESIGN.md, "The precision gate").
+
+Device-agnostic: the same code runs on CPU tensors (tests) and in a GPU worker. The worker, which
+has already imported the problem module, does::
+
+    ref = GateReference.build(module, config.gate, "cuda", declared=problem.distributions)
+    model_new = ref.new_candidate(candidate_module.ModelNew)   # or align_parameters(...)
+    outcome = gate_candidate(ref, model_new, source=candidate.source)
+    result = outcome.to_eval_result(candidate.id)
+
+The reference (``Model`` in strict FP32), its float64 truth, and every input set are computed once
+per problem and reused for every candidate; a candidate always runs on fresh clones. The maths
+and thresholds live in evokernel.gate_math; the source scan in evokernel.scan.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+from loguru import logger
+
+from evokernel import gate_math as gm
+from evokernel.config import GateConfig
+from evokernel.distributions import draw_inputs
+from evokernel.errors import ProblemError
+from evokernel.records import ErrorCheck, EvalResult, Reason, Verdict
+from evokernel.scan import scan_source
+
+
+# torch >= 2.9 keeps TF32 state per (backend, op) ("ieee" / "tf32" / "none" = inherit), behind the
+# legacy flags; mixing the two APIs can make torch.get_float32_matmul_precision() raise, so the
+# state is saved and restored per (backend, op) when that API exists.
+_PRECISION_OPS = tuple((b, o) for b in ("generic", "cuda", "mkldnn")
+                       for o in ("all", "matmul", "conv", "rnn"))
+
+
+def _save_precision() -> tuple:
+    legacy = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    per_op: dict[tuple[str, str], str] = {}
+    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+    for backend, op in _PRECISION_OPS if getter else ():
+        try:
+            per_op[(backend, op)] = getter(backend, op)
+        except (RuntimeError, ValueError, TypeError):
+            pass
+    return legacy, per_op, None if per_op else torch.get_float32_matmul_precision()
+
+
+def _restore_precision(saved: tuple) -> None:
+    (cublas, cudnn), per_op, precision = saved
+    if precision is not None:
+        torch.set_float32_matmul_precision(precision)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = cublas, cudnn
+    setter = getattr(torch._C, "_set_fp32_precision_setter", None)
+    for (backend, op), value in per_op.items():
+        try:
+            setter(backend, op, value)
+        except (RuntimeError, ValueError, TypeError):
+            pass
+
+
+@contextmanager
+def strict_fp32() -> Iterator[None]:
+    """Strict FP32 for the body: TF32 off for cuBLAS matmul and cuDNN, float32 matmul precision
+    "highest". The previous settings are restored on exit, also when the body raises. (FP16/BF16
+    reduced-precision-reduction switches are left alone: they do not affect FP32 work.)"""
+    saved = _save_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        yield
+    finally:
+        _restore_precision(saved)
+
+
+def is_strict_fp32() -> bool:
+    """True when TF32 is off everywhere strict_fp32() turns it off."""
+    if torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32:
+        return False
+    try:
+        return torch.get_float32_matmul_precision() == "highest"
+    except RuntimeError:   # mixed legacy/new settings: something switched a backend to TF32
+        return False
+
+
+def align_parameters(model: torch.nn.Module, model_new: torch.nn.Module) -> bool:
+    """Load ``model``'s state_dict into ``model_new`` when their keys and shapes match, so both
+    use identical weights. Otherwise leave ``model_new`` as built (both were constructed under
+    ``torch.manual_seed(0)``, see GateReference.new_candidate). Returns whether it loaded."""
+    sd, sd_new = model.state_dict(), model_new.state_dict()
+    if not sd or sd.keys() != sd_new.keys() or any(
+            sd[k].shape != sd_new[k].shape for k in sd):
+        logger.debug("align_parameters: state_dicts differ; ModelNew keeps its own weights")
+        return False
+    model_new.load_state_dict(sd)
+    return True
+
+
+@dataclass(frozen=True)
+class GateSet:
+    """One (distribution, seed) input set with its float64 truth, computed once per problem.
+
+    ``inputs`` live on the device and are never handed to a candidate (it gets clones).
+    ``truths`` are float64, one per output; ``stats`` their TruthStats; ``reference_errors`` is
+    PyTorch's strict-FP32 (norm-wise, max) error per output; ``dtypes`` the reference's output
+    dtypes; ``representable`` the share of the reference's first output exactly representable in
+    fp16/bf16 (gate_math.representable_fraction); ``fingerprints`` the truths' (gate_math)."""
+
+    distribution: str
+    seed: int
+    inputs: tuple[Any, ...]
+    truths: tuple[torch.Tensor, ...]
+    stats: tuple[gm.TruthStats, ...]
+    reference_errors: tuple[tuple[float, float], ...]
+    dtypes: tuple[torch.dtype, ...]
+    representable: dict[str, float]
+    fingerprints: tuple[tuple[float, float, float], ...]
+
+
+class GateReference:
+    """Everything about one problem the gate needs, built once per worker: the reference model,
+    its init inputs, and the cached input sets with truths. Not thread-safe."""
+
+    def __init__(self, module: Any, config: GateConfig, device: torch.device,
+                 model: torch.nn.Module, init_inputs: list, sets: tuple[GateSet, ...],
+                 skipped: tuple[tuple[str, str], ...], multi_output: bool,
+                 device_out: torch.device):
+        self.module, self.config, self.device = module, config, device
+        self.model, self.init_inputs = model, init_inputs
+        self.sets, self.skipped = sets, skipped
+        self.multi_output, self.output_device = multi_output, device_out
+        self._lp_cache: dict[tuple[int, str], tuple[torch.Tensor, ...] | None] = {}
+
+    @classmethod
+    def build(cls, module: Any, config: GateConfig, device: str | torch.device,
+              declared: tuple[str, ...] | None = None) -> "GateReference":
+        """Construct ``Model(*get_init_inputs())`` under ``torch.manual_seed(0)`` on ``device``
+        and, for each distribution (config's, narrowed to ``declared`` when given, "problem"
+        first) and each seed, draw inputs, the float64 truth and PyTorch's own strict-FP32 error.
+
+        A set on which the truth or PyTorch's FP32 output is non-finite is skipped and recorded
+        in ``.skipped`` as ("<distribution> seed <seed>", why) pairs (``dict()``-able).
+        Memory, per set: the inputs plus a float64 truth (2x an FP32 output), on ``device``.
+        Raises: ProblemError when the model's output is not a tensor (or tuple of tensors), or
+        when every set is skipped.
+        """
+        device = torch.device(device)
+        names = [d for d in config.distributions if declared is None or d in declared]
+        if not names:
+            logger.warning("no configured distribution is declared by the problem; using {}",
+                           declared)
+            names = list(declared or ("problem",))
+        names.sort(key=lambda d: d != "problem")
+        torch.manual_seed(0)
+        init_inputs = list(module.get_init_inputs())
+        torch.manual_seed(0)
+        model = module.Model(*init_inputs).to(device)
+        model64 = copy.deepcopy(model).double()
+        sets, skipped, multi, out_device = [], [], False, device
+        for name in names:
+            for seed in config.seeds:
+                inputs = tuple(_to_device(draw_inputs(module, name, seed), device))
+                with strict_fp32(), torch.no_grad():
+                    raw = model(*inputs)
+                    ref_out = _as_outputs(raw, module)
+                    truths = _as_outputs(_run_fp64(model64, inputs), module)
+                why = gm.nonfinite_reason(ref_out, truths)
+                if why:
+                    skipped.append((f"{name} seed {seed}", why))
+                    logger.info("gate: skipping {} seed {}: {}", name, seed, why)
+                    continue
+                multi, out_device = not isinstance(raw, torch.Tensor), ref_out[0].device
+                stats = tuple(gm.truth_stats(t) for t in truths)
+                errs = tuple(gm.error_stats(o, t, t_norm=s.norm)
+                             for o, t, s in zip(ref_out, truths, stats))
+                rep = ({f: gm.representable_fraction(ref_out[0], f) for f in ("fp16", "bf16")}
+                       if ref_out[0].dtype == torch.float32 else {})
+                sets.append(GateSet(name, seed, inputs, tuple(t.detach() for t in truths),
+                                    stats, errs, tuple(o.dtype for o in ref_out), rep,
+                                    tuple(gm.fingerprint(t) for t in truths)))
+                del ref_out
+        if not sets:
+            raise ProblemError(f"{getattr(module, '__file__', module)}: the reference is "
+                               f"non-finite on every input set ({dict(skipped)})")
+        return cls(module, config, device, model, init_inputs, tuple(sets), tuple(skipped),
+                   multi, out_device)
+
+    @property
+    def distributions(self) -> tuple[str, ...]:
+        """The distributions actually checked, in order (skipped sets excluded)."""
+        return tuple(dict.fromkeys(s.distribution for s in self.sets))
+
+    def fresh_inputs(self, seed: int) -> list:
+        """A new input set from the problem's own distribution with ``seed``, on the device: for
+        timing, which rotates sets so cached outputs cannot help (use seeds the gate does not)."""
+        return _to_device(draw_inputs(self.module, "problem", seed), self.device)
+
+    def timing_input_sets(self, n: int, first_seed: int = 1000) -> list[list]:
+        """``n`` fresh input sets (fresh_inputs with seeds first_seed, first_seed + 1, ...)."""
+        return [self.fresh_inputs(first_seed + i) for i in range(n)]
+
+    def new_candidate(self, model_new_cls: Callable[..., torch.nn.Module]) -> torch.nn.Module:
+        """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, with the
+        reference's weights loaded when the state_dicts match (align_parameters)."""
+        torch.manual_seed(0)
+        model_new = model_new_cls(*self.init_inputs).to(self.device)
+        align_parameters(self.model, model_new)
+        return model_new
+
+    def lower_precision_truths(self, index: int, fmt: str) -> tuple[torch.Tensor, ...] | None:
+        """Float64 truth of set ``index`` with every FP32 input, parameter and buffer first
+        rounded to ``fmt`` (a gate_math.LP_TRUTHS name). Computed on first use and cached: one
+        float64 output per (set, name), for set 0 and at most one other set (older ones are
+        dropped), so at most 8 float64 outputs. None when the model cannot run on the rounded
+        values.
+        """
+        key = (index, fmt)
+        if key not in self._lp_cache:
+            held = {i for i, _ in self._lp_cache} - {0, index}
+            for old in [k for k in self._lp_cache if k[0] in held]:
+                del self._lp_cache[old]
+            gs = self.sets[index]
+            try:
+                rounded = copy.deepcopy(self.model)
+                with torch.no_grad():
+                    for t in [*rounded.parameters(), *rounded.buffers()]:
+                        if t.dtype == torch.float32:
+                            t.copy_(gm.round_to_format(t, fmt))
+                    inputs = gm.map_tensors(gs.inputs, lambda x: gm.round_to_format(x, fmt)
+                                          if x.dtype == torch.float32 else x)
+                    self._lp_cache[key] = _as_outputs(_run_fp64(rounded.double(), inputs),
+                                                      self.module)
+            except Exception as e:  # a model that rejects the values: no such truth
+                logger.warning("gate: no {} truth for {} seed {}: {}", fmt, gs.distribution,
+                               gs.seed, e)
+                self._lp_cache[key] = None
+        return self._lp_cache[key]
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """The gate's verdict on one candidate.
+
+    ``checks`` holds one ErrorCheck per (distribution, seed) that got as far as the error
+    ratios; ``distribution``/``seed`` and the ratios are those of the deciding check (the
+    failing one, or the worst one when it passed). ``flags`` are the source scan's flags
+    (evokernel.scan) plus the gate's own ("lower_precision:fp16", "accumulation_error", ...).
+    ``log`` holds a traceback when the candidate raised.
+    """
+
+    passed: bool
+    reason: Reason
+    detail: str
+    checks: tuple[ErrorCheck, ...] = ()
+    distribution: str | None = None
+    seed: int | None = None
+    norm_error_ratio: float | None = None
+    max_error_ratio: float | None = None
+    flags: tuple[str, ...] = ()
+    tolerance_factor: float | None = None
+    log: str = ""
+
+    def to_eval_result(self, candidate_id: str, **kw: Any) -> EvalResult:
+        """An EvalResult carrying this outcome (times etc. can be passed in ``kw``)."""
+        return EvalResult(candidate_id=candidate_id,
+                          verdict=Verdict.ACCEPT if self.passed else Verdict.REJECT,
+                          reason=self.reason, detail=self.detail, distribution=self.distribution,
+                          seed=self.seed, norm_error_ratio=self.norm_error_ratio,
+                          max_error_ratio=self.max_error_ratio,
+                          tolerance_factor=self.tolerance_factor, checks=self.checks,
+                          flags=self.flags, log=self.log, **kw)
+
+
+def gate_candidate(ref: GateReference, model_new: torch.nn.Module,
+                   source: str | None = None) -> GateOutcome:
+    """Run ``model_new`` on fresh clones of every cached input set and judge it.
+
+    Per set, in this order of precedence: the candidate raised (RUNTIME_ERROR, OUT_OF_MEMORY,
+    CUDA_FAULT; the caller must discard a worker after CUDA_FAULT), switched TF32 on
+    (LOWER_PRECISION), modified its inputs (INPUT_MUTATION), returned something other than plain
+    dense tensors (LAZY_OUTPUT, SHAPE_MISMATCH, DTYPE_MISMATCH), returned the previous call's
+    buffer (RESULT_REUSE), NaN/Inf (NON_FINITE), a constant (CONSTANT_OUTPUT), or the output of an
+    earlier set (CACHED_OUTPUT). Then both error ratios must be <= ``tolerance_factor``; the
+    first set where they are not ends the gate with its cause named (_Judge.classify). Sets run
+    in order, "problem" first. A candidate that passes every set is re-run on the first
+    (NONDETERMINISTIC if the re-run fails the same test). Never raises for a bad candidate.
+    """
+    judge = _Judge(ref, ref.config.tolerance_factor, scan_source(source) if source else ())
+    accumulation = False
+    for index in range(len(ref.sets)):
+        failure = judge.evaluate(model_new, index)
+        if failure is not None:
+            return failure
+        if not judge.checks[-1].passed:
+            outcome = judge.classify(judge.checks[-1])
+            if not outcome.passed:
+                return outcome
+            accumulation = True
+    worst = max(judge.checks, key=lambda c: max(c.norm_ratio, c.max_ratio))
+    if accumulation:
+        outcome = judge.outcome(True, Reason.OK, "accepted with FP32 accumulation error (<= "
+                                f"{gm.ACCUMULATION_BOUND:g}x PyTorch's, accumulation_error="
+                                "accept)", worst, extra_flags=("accumulation_error",))
+    else:
+        outcome = judge.outcome(True, Reason.OK, "passed", worst)
+    return judge.determinism(model_new, outcome)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else ("inf" if math.isinf(x) else f"{x:.3g}")
+
+
+def numbers(distribution: str, seed: int, norm_ratio: float | None, max_ratio: float | None,
+            factor: float) -> str:
+    """The standard tail of every detail string: where, both ratios, and the factor."""
+    return (f"on {distribution} seed {seed}: norm ratio {_fmt(norm_ratio)}, max ratio "
+            f"{_fmt(max_ratio)} (factor {factor:g})")
+
+
+class _Judge:
+    """State of one gate_candidate call: checks so far, fingerprints, the first outputs."""
+
+    def __init__(self, ref: GateReference, factor: float, scan: tuple[str, ...]):
+        self.ref, self.factor, self.scan = ref, factor, scan
+        self.checks: list[ErrorCheck] = []
+        self.fingerprints: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
+        self.previous: tuple[torch.Tensor, ...] | None = None
+        self.first: tuple[torch.Tensor, ...] | None = None
+        self.lp: tuple[str, str, int] | None = None   # (format, text, set index) once found
+        self.lp_tried = False
+
+    def outcome(self, passed: bool, reason: Reason, what: str, check: ErrorCheck | None = None,
+                where: tuple[str, int] | None = None, ratios: tuple[float | None, ...] = (None,
+                None), extra_flags: tuple[str, ...] = (), log: str = "") -> GateOutcome:
+        if check is not None:
+            where, ratios = (check.distribution, check.seed), (check.norm_ratio, check.max_ratio)
+        dist, seed = where if where else (None, None)
+        detail = f"{what}; {numbers(dist, seed, *ratios, self.factor)}"
+        if not passed and self.scan:
+            detail += f"; source scan: {', '.join(self.scan)}"
+        return GateOutcome(passed, reason, detail, tuple(self.checks), dist, seed, ratios[0],
+                           ratios[1], tuple(dict.fromkeys([*self.scan, *extra_flags])),
+                           self.factor, log)
+
+    def evaluate(self, model_new: torch.nn.Module, index: int) -> GateOutcome | None:
+        """Run on set ``index``; append its ErrorCheck; return an outcome only for a failure
+        that ends the gate at once (everything except an error ratio over the factor)."""
+        gs = self.ref.sets[index]
+        where = (gs.distribution, gs.seed)
+        run = _run_candidate(model_new, gs.inputs, self.ref.device,
+                             [t.numel() * dt.itemsize for t, dt in zip(gs.truths, gs.dtypes)])
+        if run.error is not None:
+            return self.outcome(False, run.error[0], run.error[1], where=where, log=run.log)
+        if run.tf32_switched:
+            return self.outcome(False, Reason.LOWER_PRECISION, "the candidate switched TF32 on "
+                                "while running", where=where, extra_flags=("tf32:runtime",))
+        outs, problem = run.outputs, None
+        if len(outs) != len(gs.truths) or isinstance(run.raw, torch.Tensor) == \
+                self.ref.multi_output:
+            problem = (Reason.SHAPE_MISMATCH, f"returned {gm.describe(run.raw)}, the reference "
+                       f"{len(gs.truths)} tensor(s)")
+        for o, t, dt in zip(outs, gs.truths, gs.dtypes):
+            problem = problem or gm.check_output_form(o, t.shape, dt, self.ref.output_device)
+        check = None if problem else self._check(gs, outs)
+        ratios = (check.norm_ratio, check.max_ratio) if check else (None, None)
+        mutated = gm.inputs_modified(gs.inputs, run.inputs)
+        if mutated:
+            return self.outcome(False, Reason.INPUT_MUTATION, mutated, where=where, ratios=ratios)
+        if problem:
+            return self.outcome(False, problem[0], problem[1], where=where)
+        if self.previous is not None and any(
+                o.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+                for o in outs for p in self.previous if o.numel() and p.numel()):
+            return self.outcome(False, Reason.RESULT_REUSE, "the output is the previous call's "
+                                "output buffer, overwritten in place", where=where, ratios=ratios)
+        self.previous = outs
+        bad = sum(int((~torch.isfinite(o)).sum()) for o in outs)
+        if bad:
+            return self.outcome(False, Reason.NON_FINITE, f"{bad} NaN/Inf output elements where "
+                                "the truth is finite" + self._problem_note(gs), where=where,
+                                ratios=ratios)
+        if any(o.numel() > 1 and not s.constant and bool((o == o.reshape(-1)[0]).all())
+               for o, s in zip(outs, gs.stats)):
+            return self.outcome(False, Reason.CONSTANT_OUTPUT, "constant output where the truth "
+                                "is not", where=where, ratios=ratios)
+        fp = (tuple(gm.fingerprint(o) for o in outs), gs.fingerprints)
+        for j, (ofp, tfp) in enumerate(self.fingerprints):
+            if ofp == fp[0] and tfp != fp[1]:
+                old = self.ref.sets[j]
+                return self.outcome(False, Reason.CACHED_OUTPUT, "the output equals the output "
+                                    f"for {old.distribution} seed {old.seed} (different inputs)",
+                                    where=where, ratios=ratios)
+        self.fingerprints.append(fp)
+        self.checks.append(check)
+        if index == 0:
+            self.first = tuple(o.detach().clone() for o in outs)
+        if not check.passed and not self.lp_tried:
+            self.lp_tried = True
+            self.lp = self._lower_precision(index, outs)
+        return None
+
+    def _check(self, gs: GateSet, outs: tuple[torch.Tensor, ...]) -> ErrorCheck:
+        """The ErrorCheck of ``outs`` on ``gs``: the output with the worst ratio speaks."""
+        best = None
+        for o, t, s, (rn, rm) in zip(outs, gs.truths, gs.stats, gs.reference_errors):
+            cn, cm = gm.error_stats(o, t, t_norm=s.norm)
+            nr, mr = gm.ratios(cn, cm, rn, rm, o.dtype, s.max_abs)
+            c = ErrorCheck(gs.distribution, gs.seed, cn, cm, rn, rm, nr, mr,
+                           passed=nr <= self.factor and mr <= self.factor)
+            if best is None or max(nr, mr) > max(best.norm_ratio, best.max_ratio):
+                best = c
+        return best
+
+    def _lower_precision(self, index: int, outs: tuple[torch.Tensor, ...]
+                         ) -> tuple[str, str, int] | None:
+        """gate_math.lower_precision_match on the output with the largest error of set
+        ``index`` (FP32 outputs only); the rounded-input truths are computed here, on demand."""
+        gs = self.ref.sets[index]
+        k = 0 if len(outs) == 1 else max(range(len(outs)), key=lambda i: gm.error_stats(
+            outs[i], gs.truths[i], t_norm=gs.stats[i].norm)[0])
+        if gs.dtypes[k] != torch.float32:
+            return None
+        lp = {}
+        for name in gm.LP_TRUTHS:
+            truths = self.ref.lower_precision_truths(index, name)
+            lp[name] = None if truths is None else truths[k]
+        prefer = tuple(f.split(":")[0] for f in self.scan if f.split(":")[0] in gm.LP_FORMATS)
+        match = gm.lower_precision_match(outs[k], gs.truths[k], gs.stats[k].norm, lp,
+                                         gs.representable if k == 0 else {}, prefer)
+        return None if match is None else (*match, index)
+
+    def _problem_note(self, gs: GateSet) -> str:
+        ok = [c for c in self.checks if c.distribution == "problem"]
+        return ("; it passes on problem (unstable on this distribution)" if ok and all(
+            self.ok(c) for c in ok) and gs.distribution != "problem" else "")
+
+    def ok(self, check: ErrorCheck) -> bool:
+        """Within tolerance, or within ACCUMULATION_BOUND under accumulation_error="accept"."""
+        return check.passed or (self.ref.config.accumulation_error == "accept" and self.lp is None
+                                and max(check.norm_ratio, check.max_ratio)
+                                <= gm.ACCUMULATION_BOUND)
+
+    def classify(self, check: ErrorCheck) -> GateOutcome:
+        """Name the cause of ``check``'s ratio failure, in this order: LOWER_PRECISION (it
+        matched a rounded-input truth, gate_math.lower_precision_match); UNSTABLE_DISTRIBUTION
+        (a distribution other than "problem", after every "problem" set passed); else
+        ACCUMULATION_ERROR when both ratios <= gate_math.ACCUMULATION_BOUND (a passing outcome
+        under accumulation_error="accept"), WRONG_FUNCTION beyond it."""
+        if self.lp is not None:
+            fmt, text, _ = self.lp
+            return self.outcome(False, Reason.LOWER_PRECISION, text, check,
+                                extra_flags=(f"lower_precision:{fmt}",))
+        problem = [c for c in self.checks if c.distribution == "problem"]
+        if check.distribution != "problem" and problem and all(self.ok(c) for c in problem):
+            best = max(problem, key=lambda c: max(c.norm_ratio, c.max_ratio))
+            return self.outcome(False, Reason.UNSTABLE_DISTRIBUTION,
+                                f"passes on problem (norm ratio {_fmt(best.norm_ratio)}, max ratio "
+                                f"{_fmt(best.max_ratio)}) but fails on {check.distribution}",
+                                check, extra_flags=(f"unstable:{check.distribution}",))
+        if self.ok(check):
+            return self.outcome(True, Reason.OK, "FP32 accumulation error accepted", check)
+        if max(check.norm_ratio, check.max_ratio) <= gm.ACCUMULATION_BOUND:
+            return self.outcome(False, Reason.ACCUMULATION_ERROR, "FP32 accumulation error: "
+                                f"over the factor but within {gm.ACCUMULATION_BOUND:g}x "
+                                "PyTorch's error, no lower-precision match", check)
+        return self.outcome(False, Reason.WRONG_FUNCTION, "error beyond "
+                            f"{gm.ACCUMULATION_BOUND:g}x PyTorch's and no lower-precision match",
+                            check)
+
+    def determinism(self, model_new: torch.nn.Module, passed: GateOutcome) -> GateOutcome:
+        """Re-run on the first set's inputs (fresh clones). NONDETERMINISTIC when the re-run
+        fails the gate's own test: NaN, a constant, or an error ratio over the factor. That
+        bound is the tolerance itself, so atomics-order differences (a few roundings, far
+        inside tolerance_factor x PyTorch's error) pass, with the flag
+        "nondeterministic_within_rounding" when the runs differ bitwise. Anti-cheat failures
+        on the re-run keep their own reason."""
+        gs, first, n = self.ref.sets[0], self.first, len(self.checks)
+        again = self.evaluate(model_new, 0)
+        rerun = self.checks[n] if len(self.checks) > n else None
+        self.checks = self.checks[:n]
+        if again is not None and again.reason not in (Reason.NON_FINITE, Reason.CONSTANT_OUTPUT):
+            return again
+        if again is None:
+            diff = max((float((a.double() - b.double()).abs().max()) if a.numel() else 0.0)
+                       for a, b in zip(first, self.previous))
+            if self.ok(rerun):
+                flags = (*passed.flags, *(("nondeterministic_within_rounding",) if diff else ()))
+                return dataclasses.replace(passed, flags=tuple(dict.fromkeys(flags)))
+            why, ratios = f"max |run1 - run2| = {_fmt(diff)}", (rerun.norm_ratio, rerun.max_ratio)
+        else:
+            why, ratios = again.detail.split(";")[0], (None, None)
+        return self.outcome(False, Reason.NONDETERMINISTIC, "a second run on the same inputs "
+                            f"fails ({why})", where=(gs.distribution, gs.seed), ratios=ratios)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One candidate call: its raw return, outputs as a tuple, the input clones it got."""
+
+    raw: Any = None
+    outputs: tuple = ()
+    inputs: tuple = ()
+    error: tuple[Reason, str] | None = None
+    log: str = ""
+    tf32_switched: bool = False
+
+
+def _run_candidate(model_new: torch.nn.Module, inputs: tuple[Any, ...], device: torch.device,
+                   out_nbytes: list[int]) -> _Run:
+    """Call ``model_new`` on fresh clones of ``inputs`` under strict_fp32 and no_grad, after
+    poisoning free allocator memory with NaN (CUDA), then synchronize the whole device so work
+    on side streams has finished. Exceptions become a reason (never raised)."""
+    clones = gm.map_tensors(inputs, lambda t: t.clone())
+    try:
+        _poison_free_memory(device, out_nbytes)
+        with strict_fp32(), torch.no_grad():
+            raw = model_new(*clones)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            switched = not is_strict_fp32()
+    except Exception as e:  # noqa: BLE001 -- any failure of candidate code is data
+        return _Run(error=(_exception_reason(e), f"{type(e).__name__}: {str(e)[:500]}"),
+                    log=_traceback_tail(e))
+    outs = tuple(raw) if isinstance(raw, (tuple, list)) else (raw,)
+    return _Run(raw, outs, clones, None, "", switched)
+
+
+def _poison_free_memory(device: torch.device, out_nbytes: list[int]) -> None:
+    """CUDA only: allocate blocks the size of each output (4 each, so best-fit reuse of any
+    same-size cached block is covered) and one large block (4x all outputs, at least 64 MiB,
+    at most a quarter of the device), fill them with NaN, free them. An output the candidate
+    allocates but never writes (torch::empty) then reads as NaN, not as stale correct values."""
+    if device.type != "cuda":
+        return
+    cap = torch.cuda.get_device_properties(device).total_memory // 4
+    sizes = [n for n in out_nbytes for _ in range(4)] + [max(64 << 20, 4 * sum(out_nbytes))]
+    blocks = []
+    try:
+        for n in sizes:
+            blocks.append(torch.full((max(1, min(n, cap) // 4),), math.nan, device=device))
+    except torch.cuda.OutOfMemoryError:
+        pass
+    del blocks
+    torch.cuda.synchronize(device)
+
+
+def _exception_reason(e: BaseException) -> Reason:
+    oom = tuple(c for c in (getattr(torch, "OutOfMemoryError", None),
+                            getattr(torch.cuda, "OutOfMemoryError", None)) if c)
+    if oom and isinstance(e, oom):
+        return Reason.OUT_OF_MEMORY
+    accel = getattr(torch, "AcceleratorError", None)
+    msg = str(e)
+    if (accel is not None and isinstance(e, accel)) or any(s in msg for s in (
+            "CUDA error", "illegal memory access", "device-side assert", "cudaError",
+            "unspecified launch failure")):
+        return Reason.CUDA_FAULT
+    return Reason.RUNTIME_ERROR
+
+
+def _as_outputs(raw: Any, module: Any) -> tuple[torch.Tensor, ...]:
+    outs = (raw,) if isinstance(raw, torch.Tensor) else tuple(raw) if isinstance(
+        raw, (tuple, list)) else None
+    if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+        raise ProblemError(f"{getattr(module, '__file__', module)}: Model.forward must return a "
+                           f"tensor or a tuple of tensors, got {gm.describe(raw)}")
+    return outs
+
+
+def _to_device(inputs: list, device: torch.device) -> list:
+    return gm.map_tensors(list(inputs), lambda t: t.to(device))
+
+
+def _run_fp64(model64: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
+    """``model64`` (already .double()) on the inputs upcast to float64; on the CPU when the
+    device has no float64 kernel for an op (the truth is moved back to the device)."""
+    with torch.no_grad():
+        try:
+            return model64(*gm.map_tensors(inputs, gm.upcast))
+        except (RuntimeError, NotImplementedError) as e:
+            device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
+            if device is None or device.type == "cpu":
+                raise
+            logger.warning("float64 truth on {} failed ({}); computing it on the CPU", device, e)
+            cpu = copy.deepcopy(model64).cpu()
+            out = cpu(*gm.map_tensors(inputs, lambda t: gm.upcast(t).cpu()))
+            return gm.map_tensors(out, lambda t: t.to(device))
+
+
+def _traceback_tail(e: BaseException, limit: int = 4000) -> str:
+    """The last ``limit`` characters of ``e``'s formatted traceback."""
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-limit:]
