@@ -1,0 +1,473 @@
+"""Builds candidates' CUDA extensions: in parallel, cached, time-limited, in throwaway processes.
+
+A candidate compiles its own CUDA with a module-level ``load_inline(...)`` call. Every such call
+goes through ``_LoadInlinePatch``, which:
+
+1. rewrites GPU arch flags for the device in use (``-arch=sm_70`` -> ``sm_90``; CUDA 13 rejects
+   ``sm_70``) and records each rewrite;
+2. builds in ``<cache_dir>/builds/<key>``, where ``key`` hashes everything that affects the
+   binary (sources, flags, arch, torch / CUDA / nvcc versions), never a shared folder, so a
+   killed build leaves no lock behind;
+3. names the extension ``<name>_<key[:12]>``, so many candidates coexist in one process;
+4. loads a finished build (marker file present) straight from its ``.so``, without ninja.
+
+``Builder`` runs each candidate's import in a subprocess of its own session
+(``evokernel._build_entry``) and on timeout kills the whole session (ninja, nvcc, cicc, ptxas).
+``load_candidate`` runs a candidate in the GPU worker with the same patch, so it loads the cache.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import types
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from loguru import logger
+
+from evokernel.errors import ConfigError
+from evokernel.records import Candidate, Reason
+
+LOG_TAIL_CHARS = 4000
+MARKER = "evokernel_built.json"     # written into a build folder once its module has loaded
+_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+_SECRET_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI_", "ANTHROPIC_", "GEMINI_",
+                    "HF_", "HUGGING", "COHERE_", "MISTRAL_", "GROQ_", "TOGETHER", "DEEPSEEK",
+                    "XAI_", "OPENROUTER", "LITELLM_", "WANDB_", "GITHUB_", "GH_", "VERTEX")
+_ARCH_OPTS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code",
+              "--gpu-code")
+_ARCH_IN = re.compile(r"(^|\s)(%s)([=\s]|$)" % "|".join(_ARCH_OPTS))
+
+
+def worker_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``base`` (default ``os.environ``) without credentials, for processes that run
+    LLM-written code: drops names containing KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or
+    AUTH, and names starting with a provider prefix (AWS_, OPENAI_, HF_, GEMINI_, ...)."""
+    env = dict(os.environ if base is None else base)
+    return {k: v for k, v in env.items()
+            if not any(w in k.upper() for w in _SECRET_WORDS)
+            and not k.upper().startswith(_SECRET_PREFIXES)}
+
+
+def device_arch() -> str:
+    """The GPU arch to build for, as "major.minor" (e.g. "9.0" on an H200).
+
+    From the visible GPU when there is one, else the last entry of ``TORCH_CUDA_ARCH_LIST``.
+    Raises: ConfigError if neither is available or the variable's last entry is not "X.Y".
+    """
+    import torch
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if env:
+        last = re.split(r"[;,\s]+", env)[-1].replace("+PTX", "")
+        if _ARCH_RE.match(last):
+            return last
+        raise ConfigError(f"TORCH_CUDA_ARCH_LIST={env!r}: last entry {last!r} is not 'X.Y'")
+    raise ConfigError("no CUDA GPU is visible and TORCH_CUDA_ARCH_LIST is not set, so the GPU "
+                      "arch to build for is unknown; set TORCH_CUDA_ARCH_LIST=9.0 (H200)")
+
+
+def _arch_digits(arch: str) -> tuple[str, str]:
+    m = _ARCH_RE.match(arch)
+    if not m:
+        raise ValueError(f"arch must look like '9.0' (or '9.0a'), got {arch!r}")
+    return m.group(1) + m.group(2), m.group(3)
+
+
+def rewrite_arch_flags(flags: Sequence[str] | str | None, arch: str, *, host: bool = False
+                       ) -> tuple[list[str], list[str]]:
+    """Replace every GPU arch option in ``flags`` by the device's.
+
+    Recognized: ``-arch=X``/``-arch X``, ``--gpu-architecture``, ``-gencode=...``/``-gencode
+    ...``, ``--generate-code``, ``-code``, ``--gpu-code`` (each with ``=`` or a separate token;
+    list items holding several space-separated options are split). For nvcc flags (``host=False``)
+    all of them are dropped and one ``-gencode=arch=compute_XY,code=sm_XY`` is appended (with an
+    ``a``/``f`` suffix when ``arch`` has one, or when a flag asked for the device's own major.minor
+    with one). For host-compiler flags (``host=True``) they are dropped only.
+    Returns: (new flags, notes such as "arch: -arch=sm_70 -> sm_90").
+    Raises: ValueError for a malformed ``arch``.
+    """
+    digits, suffix = _arch_digits(arch)
+    items = [flags] if isinstance(flags, str) else list(flags or [])
+    tokens = [t for item in items
+              for t in (str(item).split() if _ARCH_IN.search(str(item)) else [str(item)])]
+    kept, groups, i = [], [], 0
+    while i < len(tokens):
+        t = tokens[i]
+        if "=" in t and t.split("=", 1)[0] in _ARCH_OPTS:
+            groups.append(t)
+        elif t in _ARCH_OPTS and i + 1 < len(tokens):
+            groups.append(f"{t} {tokens[i + 1]}")
+            i += 1
+        else:
+            kept.append(t)
+        i += 1
+    asked = [re.findall(r"(?:sm|compute|lto)_(\d+)([af]?)", g) for g in groups]
+    if not suffix:                                   # keep sm_90a when the device is 9.0
+        suffix = next((s for a in asked for d, s in a if d == digits and s), "")
+    target = digits + suffix
+    notes = [f"arch: dropped {g} from extra_cflags (host compiler)" if host
+             else f"arch: {g} -> sm_{target}"
+             for g, a in zip(groups, asked) if host or {d + s for d, s in a} != {target}]
+    if not host:
+        kept.append(f"-gencode=arch=compute_{target},code=sm_{target}")
+    return kept, notes
+
+
+def toolchain() -> dict[str, str]:
+    """torch and CUDA versions, nvcc's ``--version`` text and the host compiler (``$CXX``): the
+    parts of a cache key that come from the machine rather than the candidate."""
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME
+    return {"torch": torch.__version__, "torch_cuda": str(torch.version.cuda),
+            "nvcc": _nvcc_version(str(Path(CUDA_HOME or "/usr/local/cuda") / "bin" / "nvcc")),
+            "cxx": os.environ.get("CXX", "c++")}
+
+
+@functools.cache
+def _nvcc_version(nvcc: str) -> str:
+    try:
+        return subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                              timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+
+
+def extension_key(arch: str, *args: Any, **load_inline_kwargs: Any) -> str:
+    """The cache key (SHA-256 hex) that a ``load_inline(*args, **load_inline_kwargs)`` call gets
+    when built for ``arch``; its build folder is ``<cache_dir>/builds/<key>``.
+    Raises: ValueError for a malformed arch; TypeError for arguments load_inline does not take.
+    """
+    return _LoadInlinePatch(Path("."), arch).prepare(*args, **load_inline_kwargs)[2]
+
+
+def cache_key(spec: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``spec`` (sorted keys, no spaces)."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock; the kernel drops it when the holder dies, so it never goes
+    stale."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_LOADED: dict[str, Any] = {}        # key -> extension module already loaded in this process
+_LOADED_LOCK = threading.Lock()
+
+
+class _LoadInlinePatch:
+    """A stand-in for ``torch.utils.cpp_extension.load_inline`` (see the module docstring).
+
+    ``calls`` records one dict per call: name, key, build_dir, cache_hit, ok, flags, error.
+    """
+
+    def __init__(self, cache_dir: Path, arch: str):
+        from torch.utils import cpp_extension
+        _arch_digits(arch)
+        self.cache_dir = Path(cache_dir)
+        self.arch = arch
+        self.calls: list[dict[str, Any]] = []
+        self.announce = False       # print "evokernel: building ..." before each compile
+        self._original = cpp_extension.load_inline
+        while isinstance(self._original, _LoadInlinePatch):
+            self._original = self._original._original
+        self._signature = inspect.signature(self._original)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], list[str], str]:
+        """Bind a ``load_inline`` call and rewrite its arch flags.
+        Returns: (arguments, notes on rewritten flags, cache key).
+        Raises: TypeError for arguments that load_inline does not take."""
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = {k: list(v) if isinstance(v, (list, tuple)) else v      # load_inline mutates lists
+             for k, v in bound.arguments.items()}
+        a["extra_cuda_cflags"], notes = rewrite_arch_flags(a["extra_cuda_cflags"], self.arch)
+        if a.get("extra_cflags"):
+            a["extra_cflags"], more = rewrite_arch_flags(a["extra_cflags"], self.arch, host=True)
+            notes += more
+        spec = {k: v for k, v in a.items()
+                if k not in ("build_directory", "verbose", "keep_intermediates", "use_pch")}
+        return a, notes, cache_key({**spec, **toolchain(), "arch": self.arch})
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call: dict[str, Any] = {"name": str(kwargs.get("name", args[0] if args else "?")),
+                                "key": None, "build_dir": None, "cache_hit": True,
+                                "ok": False, "flags": [], "error": None}
+        self.calls.append(call)
+        build_dir = None
+        try:
+            a, call["flags"], key = self.prepare(*args, **kwargs)
+            build_dir = self.cache_dir / "builds" / key
+            call.update(key=key, build_dir=str(build_dir))
+            with _LOADED_LOCK:
+                module = _LOADED.get(key)
+            if module is None:
+                a.update(name=re.sub(r"\W", "_", str(a["name"])) + "_" + key[:12],
+                         build_directory=str(build_dir), verbose=False)
+                with _flock(self.cache_dir / "builds" / f"{key}.lock"):
+                    module = self._load_or_build(a, build_dir, call)
+                with _LOADED_LOCK:
+                    _LOADED[key] = module
+        except Exception as e:
+            call["error"] = f"{type(e).__name__}: {e}"
+            if build_dir is not None and build_dir.is_dir():
+                (build_dir / "build.log").write_text(call["error"])
+            raise
+        call["ok"] = True
+        return module
+
+    def _load_or_build(self, a: dict[str, Any], build_dir: Path, call: dict[str, Any]) -> Any:
+        from torch.utils import cpp_extension
+        module_name = a["name"]
+        if (build_dir / MARKER).is_file():
+            try:
+                return cpp_extension._import_module_from_library(
+                    module_name, str(build_dir), a["is_python_module"])
+            except Exception as e:                   # damaged build: build it again
+                logger.warning(f"{build_dir}: cached build does not load ({e}); rebuilding")
+        call["cache_hit"] = False
+        if build_dir.exists():
+            shutil.rmtree(build_dir)                 # partial build of a killed process
+        build_dir.mkdir(parents=True)
+        if self.announce:
+            print(f"evokernel: building {module_name} in {build_dir}", flush=True)
+        t0 = time.perf_counter()
+        module = self._original(**a)
+        logger.debug(f"built {module_name} in {time.perf_counter() - t0:.1f} s")
+        (build_dir / MARKER).write_text(json.dumps({"module_name": module_name, "key": call["key"],
+                                                    "flags": call["flags"]}, indent=1))
+        return module
+
+
+@contextlib.contextmanager
+def patched_load_inline(cache_dir: Path, arch: str) -> Iterator[_LoadInlinePatch]:
+    """Route ``torch.utils.cpp_extension.load_inline`` through the build cache while active.
+
+    Code that imported ``load_inline`` by name while active keeps the cached version afterwards.
+    Yields: the patch; its ``calls`` list records every call (build folder, cache hit, flags).
+    Raises: ValueError for a malformed ``arch``.
+    """
+    from torch.utils import cpp_extension
+    patch = _LoadInlinePatch(cache_dir, arch)
+    previous = cpp_extension.load_inline
+    cpp_extension.load_inline = patch
+    try:
+        yield patch
+    finally:
+        cpp_extension.load_inline = previous
+
+
+def load_candidate(source: str, module_name: str, cache_dir: Path, arch: str
+                   ) -> types.ModuleType:
+    """Import a candidate's module in this process (the GPU worker) with ``load_inline`` routed
+    through the build cache: a cached build loads in well under a second; a missing one (e.g.
+    ``load_inline`` called lazily) is built here. Wrap the whole evaluation in
+    ``patched_load_inline`` to catch lazy calls written as ``cpp_extension.load_inline(...)``.
+
+    Returns: the module (registered in ``sys.modules`` as ``module_name``).
+    Raises: whatever the module raises (build errors included); ValueError for a bad ``arch``.
+    """
+    from evokernel.problem import exec_module
+    with patched_load_inline(cache_dir, arch):
+        return exec_module(source, module_name, f"<candidate {module_name}>")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The outcome of building one candidate.
+
+    ok: every ``load_inline`` call compiled and loaded (errors the module raises afterwards,
+        e.g. CUDA calls on a machine without a GPU, do not count; they are in ``log``).
+    reason: Reason.BUILD_ERROR or Reason.BUILD_TIMEOUT when not ok, else None.
+    build_s: wall seconds, subprocess start-up included. cache_hit: nothing had to be compiled.
+    log: the tail (last LOG_TAIL_CHARS characters) of compiler output and tracebacks.
+    build_dirs: the extension folders under ``<cache_dir>/builds``.
+    flags: notes such as "arch: -arch=sm_70 -> sm_90", "no_load_inline",
+        "import_error_after_build: ...", "deferred_build: ...".
+    """
+
+    candidate_id: str
+    ok: bool
+    reason: Reason | None
+    build_s: float
+    cache_hit: bool
+    log: str = ""
+    build_dirs: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+def _tail(text: str) -> str:
+    """The last LOG_TAIL_CHARS characters, with compiler command lines cut to 200 characters."""
+    lines = (ln if len(ln) <= 300 else ln[:200] + " ..." for ln in text.splitlines())
+    return "\n".join(lines)[-LOG_TAIL_CHARS:]
+
+
+class Builder:
+    """Builds candidates in parallel subprocesses, with a cache and a timeout per build.
+
+    Args:
+        cache_dir: root of the cache (``builds/`` per extension, ``candidates/`` per candidate).
+        arch: GPU arch to build for, "9.0" style (see ``device_arch``).
+        timeout_s: wall-clock limit of one build, subprocess start-up included.
+        workers: builds at once (threads, each waiting on one subprocess running ninja with
+            MAX_JOBS=2); None: max(1, cpu_count // 2).
+    Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
+    touch the GPU, so they cannot disturb timings on it.
+    Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
+    """
+
+    def __init__(self, cache_dir: Path, *, arch: str, timeout_s: float,
+                 workers: int | None = None):
+        _arch_digits(arch)
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        workers = workers if workers is not None else max(1, (os.cpu_count() or 2) // 2)
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.cache_dir = Path(cache_dir).resolve()
+        self.arch, self.timeout_s, self.workers = arch, float(timeout_s), workers
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="build")
+
+    def __enter__(self) -> "Builder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Wait for running builds and stop the thread pool."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, candidate: Candidate) -> Future[BuildResult]:
+        """Queue one build. Returns: a future of its BuildResult."""
+        return self._pool.submit(self.build, candidate)
+
+    def build_many(self, candidates: Sequence[Candidate]) -> list[BuildResult]:
+        """Build all candidates, ``workers`` at a time (duplicates once).
+        Returns: results in input order."""
+        futures = {c.id: self.submit(c) for c in dict((c.id, c) for c in candidates).values()}
+        return [futures[c.id].result() for c in candidates]
+
+    def _work_dir(self, candidate: Candidate) -> Path:
+        key = cache_key({"source": candidate.source, "arch": self.arch, **toolchain()})
+        return self.cache_dir / "candidates" / key
+
+    def build(self, candidate: Candidate) -> BuildResult:
+        """Build one candidate (blocking). Never raises for a bad candidate.
+
+        A candidate built before (same source, arch and toolchain, every build folder complete)
+        returns at once with ``cache_hit=True`` and no subprocess.
+        Returns: BuildResult.
+        """
+        t0 = time.perf_counter()
+        try:                                         # no subprocess for a syntax error
+            compile(candidate.source, "candidate.py", "exec")
+        except (SyntaxError, ValueError) as e:
+            log = "".join(traceback.format_exception_only(type(e), e))
+            return BuildResult(candidate.id, False, Reason.BUILD_ERROR,
+                               time.perf_counter() - t0, False, _tail(log))
+        work = self._work_dir(candidate)
+        done = work / "result.json"
+        if done.is_file():
+            r = json.loads(done.read_text())
+            if r["ok"] and all((Path(d) / MARKER).is_file() for d in r["build_dirs"]):
+                return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
+                                   "", tuple(r["build_dirs"]), tuple(r["flags"]))
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
+        timed_out, rc = self._run(work)
+        log = (work / "build.log").read_text(errors="replace")
+        build_s = time.perf_counter() - t0
+        if timed_out:
+            dirs = re.findall(r"^evokernel: building \S+ in (\S+)$", log, re.MULTILINE)
+            log += f"\nevokernel: build timed out after {self.timeout_s:g} s; its processes killed"
+            logger.warning(f"candidate {candidate.id}: build timed out after {build_s:.1f} s")
+            return BuildResult(candidate.id, False, Reason.BUILD_TIMEOUT, build_s, False,
+                               _tail(log), tuple(dirs))
+        try:
+            r = json.loads(done.read_text())
+        except (OSError, ValueError):
+            done.unlink(missing_ok=True)
+            r = {"ok": False, "build_dirs": [], "flags": [], "cache_hit": False}
+            log += f"\nevokernel: build process exited with status {rc} and no result"
+        if not r["ok"]:
+            done.unlink(missing_ok=True)             # never a cache hit for a failure
+        logger.debug(f"candidate {candidate.id}: ok={r['ok']} in {build_s:.1f} s")
+        return BuildResult(candidate.id, r["ok"], None if r["ok"] else Reason.BUILD_ERROR,
+                           build_s, bool(r["ok"] and r["cache_hit"]), _tail(log),
+                           tuple(r["build_dirs"]), tuple(r["flags"]))
+
+    def _run(self, work: Path) -> tuple[bool, int | None]:
+        """Run the build entry point in a session of its own; kill the session when it ends or
+        times out. Returns: (timed_out, exit status)."""
+        env = worker_env()
+        env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
+                   TORCH_CUDA_ARCH_LIST=self.arch,
+                   TORCH_EXTENSIONS_DIR=str(self.cache_dir / "torch_extensions"))
+        cmd = [sys.executable, "-m", "evokernel._build_entry", str(work), str(self.cache_dir),
+               self.arch]
+        with open(work / "build.log", "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                return False, proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                return True, None
+            finally:
+                kill_session(proc.pid)               # also strays of a finished build
+                proc.wait()
+
+
+def kill_session(sid: int, rounds: int = 10) -> int:
+    """SIGKILL every process of session ``sid`` (a process started with
+    ``start_new_session=True`` has sid == its pid). Killing its process group is not enough:
+    ninja starts each compiler in a process group of its own. Reads /proc (Linux).
+    Returns: how many processes were signalled.
+    """
+    killed = 0
+    for _ in range(rounds):                          # again, in case one forked meanwhile
+        found = 0
+        for stat_file in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(stat_file.parent.name), signal.SIGKILL)
+                    found += 1
+        killed += found
+        if not found:
+            break
+        time.sleep(0.01)
+    return killed
