@@ -124,26 +124,37 @@ def format_result(res) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    import json
+
     from evokernel.evaluator import CudaEvaluator
     from evokernel.problem import load_problem
     from evokernel.records import Candidate
 
     problem = load_problem(args.problem)
-    kernel = Path(args.kernel)
-    if not kernel.is_file():
-        raise EvokernelError(f"{kernel}: no such kernel file")
+    kernels = [Path(k) for k in args.kernel]
+    for k in kernels:
+        if not k.is_file():
+            raise EvokernelError(f"{k}: no such kernel file")
     _require_gpu()
-    cand = Candidate(source=kernel.read_text(), idea=f"file {kernel}", operator="check")
+    cands = [Candidate(source=k.read_text(), idea=f"file {k}", operator="check") for k in kernels]
     evaluator = CudaEvaluator(problem, _eval_config(args))
     try:
-        (res,) = evaluator.evaluate([cand])
+        results = evaluator.evaluate(cands)
     finally:
         evaluator.close()
-    print(f"problem:        {problem.name} ({problem.path})\nkernel:         {kernel} "
-          f"[{cand.id}]\ndevice:         {evaluator.info.get('device')} (torch "
-          f"{evaluator.info.get('torch')}, CUDA {evaluator.info.get('cuda')})")
-    print(format_result(res))
-    return 0 if res.accepted else 1
+    info = evaluator.info
+    print(f"problem:        {problem.name} ({problem.path})\ndevice:         {info.get('device')}"
+          f" (torch {info.get('torch')}, CUDA {info.get('cuda')})")
+    for k, cand, res in zip(kernels, cands, results):
+        print(f"\nkernel:         {k} [{cand.id}]")
+        print(format_result(res))
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"problem": problem.name, "device": info,
+             "kernels": [dict(r.to_dict(), kernel=str(k), speedup=r.speedup,
+                              compile_speedup=r.compile_speedup, pct_of_floor=r.pct_of_floor)
+                         for k, r in zip(kernels, results)]}, indent=2))
+    return 0 if all(r.accepted for r in results) else 1
 
 
 def cmd_problems(args: argparse.Namespace) -> int:
@@ -210,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="gate and time one kernel file")
     c.add_argument("problem")
-    c.add_argument("kernel")
+    c.add_argument("kernel", nargs="+", help="one or more candidate files")
+    c.add_argument("--json", help="also write the verdicts to this JSON file")
     eval_args(c)
     c.set_defaults(func=cmd_check)
 

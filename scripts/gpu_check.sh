@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU evidence in one call: GPU tests, `evokernel check` on every seed kernel and the FP16
+# cheat, LLM-free searches, and a search with the LLM operators against a scripted LLM.
+#
+#   scripts/gpu_check.sh [validate|search|all] [RESULTS_DIR]
+#
+# Writes logs, JSON and run directories under RESULTS_DIR (default results/h200-<date>/), prints a
+# short table last, and, when $OUT is set (the device tool), packs RESULTS_DIR into
+# $OUT/results.tgz. On the H200 the image lacks deap/loguru/litellm: carry .whl/ (made with
+# ../shared/tools/device-wheels.sh deap loguru litellm tenacity) and this script installs them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:-all}
+R=${2:-results/h200-$(date +%Y-%m-%d)}
+mkdir -p "$R"
+export LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONUNBUFFERED=1
+export EVOKERNEL_CACHE=${EVOKERNEL_CACHE:-/tmp/evokernel-cache}
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+if ! python3 -c "import evokernel.operators.tune" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$R/install.log" 2>&1 \
+    || { echo "install failed:"; tail -20 "$R/install.log"; exit 2; }
+fi
+EK="python3 -m evokernel"
+
+{
+  date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.get_device_name(0))"
+  nvcc --version | tail -2
+  nproc
+} >"$R/env.txt" 2>&1
+cat "$R/env.txt"
+
+if [ "$stage" = validate ] || [ "$stage" = all ]; then
+  echo "== prebuild: every seed kernel and fixture, in parallel"
+  python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt"
+  echo "== GPU tests"
+  python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$R/gpu_tests.txt" | tail -25
+  echo "== evokernel check: the five seed kernels (+ the FP16 matmul cheat)"
+  for p in softmax layernorm matmul conv2d conv2d_relu_maxpool; do
+    extra=""; [ "$p" = matmul ] && extra="tests/kernels/matmul_fp16.py"
+    $EK check "$p" "problems/seeds/$p.py" $extra --json "$R/check_$p.json" >"$R/check_$p.txt" 2>&1
+    echo "check $p: exit $?"; grep -E "^(kernel|verdict|speedup|norm ratio)" "$R/check_$p.txt"
+  done
+fi
+
+if [ "$stage" = search ] || [ "$stage" = all ]; then
+  for p in softmax layernorm; do
+    echo "== evokernel run $p (LLM-free, 3 generations)"
+    rm -rf "$R/run_$p"
+    $EK run "$p" --generations 3 --population 4 --offspring 6 --no-compile-baseline \
+      --run-dir "$R/run_$p" 2>&1 | tee "$R/run_$p.txt" | grep -vE "^[0-9:]+ (DEBUG)"
+    $EK show "$R/run_$p" >"$R/show_$p.txt" 2>&1
+  done
+  echo "== LLM operators against a scripted LLM (litellm mock_response), 3 generations"
+  rm -rf "$R/run_mock_llm" "$R/run_mock_llm-llm-cache.sqlite"
+  python3 experiments/mock_llm_search.py softmax --generations 3 --no-compile-baseline \
+    --run-dir "$R/run_mock_llm" 2>&1 | tee "$R/run_mock_llm.txt" | tail -40
+fi
+
+python3 scripts/summarize.py "$R" | tee "$R/summary.md"
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" "$R"; fi

@@ -1,0 +1,33 @@
+"""Fault fixture: the host process segfaults (reads address 0 with ctypes)."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAException.h>
+#include <ATen/cuda/CUDAContext.h>
+constexpr int BLOCK = 256;  // tune: 128 256 512
+__global__ void add_kernel(const float* a, const float* b, float* c, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+torch::Tensor add(torch::Tensor a, torch::Tensor b) {
+    auto c = torch::empty_like(a);
+    long n = a.numel();
+    add_kernel<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return c;
+}
+"""
+cpp_src = "torch::Tensor add(torch::Tensor a, torch::Tensor b);"
+module = load_inline(name="add_segfault", cpp_sources=cpp_src, cuda_sources=cuda_src,
+                     functions=["add"], extra_cuda_cflags=["-O3"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        import ctypes
+        ctypes.string_at(0)
+        return module.add(a.contiguous(), b.contiguous())
