@@ -140,7 +140,8 @@ class WorkerHandle:
         msg = self._wait(timeout_s)
         self._done += 1
         if msg is None:
-            if self.alive():
+            timed_out = time.perf_counter() - t0 >= timeout_s
+            if timed_out and self.alive():
                 self.kill()
                 return EvalResult.failure(
                     cand.id, Reason.TIMEOUT,
@@ -178,7 +179,8 @@ class WorkerHandle:
         return f"exited with status {rc} {when}"
 
     def _wait(self, timeout_s: float) -> dict[str, Any] | None:
-        """The worker's next message, or None on timeout or death."""
+        """The worker's next message, or None on timeout or death (its pipe closed; the process
+        may not have been reaped yet, so callers tell the two apart by the time waited)."""
         assert self._recv is not None
         deadline = time.monotonic() + timeout_s
         while True:

@@ -1,5 +1,4 @@
 """The DEAP loop with a fake evaluator: selection, lineage, store, and resume after a kill."""
-import dataclasses
 
 import pytest
 
