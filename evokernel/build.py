@@ -178,6 +178,25 @@ def _flock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+@functools.lru_cache(maxsize=1)
+def toolkit_header_fallbacks() -> list[str]:
+    """Include folders to add when the CUDA toolkit lacks library headers that PyTorch's own
+    headers need (``<ATen/cuda/CUDAContext.h>`` includes ``cusparse.h``, which a minimal toolkit,
+    such as nvcc alone, does not ship). PyTorch's pip wheels bring those headers in
+    ``site-packages/nvidia/*/include``; they are used only when the toolkit has none.
+    """
+    from torch.utils.cpp_extension import CUDA_HOME
+    if CUDA_HOME and (Path(CUDA_HOME) / "include" / "cusparse.h").is_file():
+        return []
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    found = sorted({str(h.parent) for root in spec.submodule_search_locations
+                    for h in Path(root).glob("*/include/cusparse.h")})
+    return found[:1]
+
+
 _LOADED: dict[str, Any] = {}        # key -> extension module already loaded in this process
 _LOADED_LOCK = threading.Lock()
 
@@ -212,6 +231,9 @@ class _LoadInlinePatch:
         if a.get("extra_cflags"):
             a["extra_cflags"], more = rewrite_arch_flags(a["extra_cflags"], self.arch, host=True)
             notes += more
+        extra = toolkit_header_fallbacks()
+        if extra:
+            a["extra_include_paths"] = list(a.get("extra_include_paths") or []) + extra
         spec = {k: v for k, v in a.items()
                 if k not in ("build_directory", "verbose", "keep_intermediates", "use_pch")}
         return a, notes, cache_key({**spec, **toolchain(), "arch": self.arch})

@@ -68,6 +68,8 @@ class _Tamper:
         }
         self._saved = {k: getattr(o, a) for k, (o, a) in self._objs.items()}
         self._threads = {t.ident for t in threading.enumerate()}
+        import multiprocessing
+        self._children = {p.pid for p in multiprocessing.active_children()}
 
     def check(self) -> tuple[Reason, str] | None:
         """A named reason when a timer was replaced or a thread/process was started."""
@@ -80,8 +82,9 @@ class _Tamper:
         new = [t.name for t in threading.enumerate() if t.ident not in self._threads]
         if new:
             return Reason.THREADS, f"started threads {new}"
-        if multiprocessing.active_children():
-            return Reason.THREADS, "started child processes"
+        children = [p.pid for p in multiprocessing.active_children() if p.pid not in self._children]
+        if children:
+            return Reason.THREADS, f"started child processes {children}"
         return None
 
 
