@@ -31,9 +31,9 @@ def main() -> None:
     config = RunConfig(problem=args.problem, run_dir=args.run_dir or f"runs/mock-llm-{args.problem}",
                        llm=llm_config,
                        evaluation=EvalConfig(measure_compile=not args.no_compile_baseline),
-                       search=SearchConfig(population_size=4, offspring_per_generation=3,
+                       search=SearchConfig(population_size=3, offspring_per_generation=2,
                                            generations=args.generations, ideas_per_call=2,
-                                           implementations_per_idea=2, crossover_prob=0.34,
+                                           implementations_per_idea=1, crossover_prob=0.34,
                                            seed=0))
     run_dir = Path(config.run_dir or f"runs/mock-llm-{args.problem}")
     llm = LLMClient(llm_config, cache_path=run_dir.parent / f"{run_dir.name}-llm-cache.sqlite",

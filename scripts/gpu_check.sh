@@ -2,7 +2,9 @@
 # The GPU evidence in one call: GPU tests, `evokernel check` on every seed kernel and the FP16
 # cheat, LLM-free searches, and a search with the LLM operators against a scripted LLM.
 #
-#   scripts/gpu_check.sh [validate|search|all] [RESULTS_DIR]
+#   scripts/gpu_check.sh STAGE[,STAGE...] [RESULTS_DIR]
+#   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
+#           search:PROBLEM, mock, all
 #
 # Writes logs, JSON and run directories under RESULTS_DIR (default results/h200-<date>/), prints a
 # short table last, and, when $OUT is set (the device tool), packs RESULTS_DIR into
@@ -10,7 +12,7 @@
 # ../shared/tools/device-wheels.sh deap loguru litellm tenacity) and this script installs them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:-all}
+stage=${1:-validate}
 R=${2:-results/h200-$(date +%Y-%m-%d)}
 mkdir -p "$R"
 export LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONUNBUFFERED=1
@@ -37,32 +39,44 @@ EK="python3 -m evokernel"
 } >"$R/env.txt" 2>&1
 cat "$R/env.txt"
 
-if [ "$stage" = validate ] || [ "$stage" = all ]; then
-  echo "== prebuild: every seed kernel and fixture, in parallel"
-  python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt"
-  echo "== GPU tests"
-  python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$R/gpu_tests.txt" | tail -25
-  echo "== evokernel check: the five seed kernels (+ the FP16 matmul cheat)"
-  for p in softmax layernorm matmul conv2d conv2d_relu_maxpool; do
-    extra=""; [ "$p" = matmul ] && extra="tests/kernels/matmul_fp16.py"
-    $EK check "$p" "problems/seeds/$p.py" $extra --json "$R/check_$p.json" >"$R/check_$p.txt" 2>&1
-    echo "check $p: exit $?"; grep -E "^(kernel|verdict|speedup|norm ratio)" "$R/check_$p.txt"
-  done
-fi
-
-if [ "$stage" = search ] || [ "$stage" = all ]; then
-  for p in softmax layernorm; do
-    echo "== evokernel run $p (LLM-free, 3 generations)"
-    rm -rf "$R/run_$p"
-    $EK run "$p" --generations 3 --population 4 --offspring 6 --no-compile-baseline \
-      --run-dir "$R/run_$p" 2>&1 | tee "$R/run_$p.txt" | grep -vE "^[0-9:]+ (DEBUG)"
-    $EK show "$R/run_$p" >"$R/show_$p.txt" 2>&1
-  done
-  echo "== LLM operators against a scripted LLM (litellm mock_response), 3 generations"
+# Each stage is bounded by `timeout`, so a slow one still leaves its results and the table.
+LIMIT=${LIMIT:-560}
+check() {  # check PROBLEM [extra kernels...]
+  local p=$1; shift
+  timeout "$LIMIT" $EK check "$p" "problems/seeds/$p.py" "$@" $CHECK_ARGS \
+    --json "$R/check_$p.json" >"$R/check_$p.txt" 2>&1
+  echo "check $p: exit $?"; grep -E "^(kernel|verdict|detail|speedup|norm ratio)" "$R/check_$p.txt"
+}
+search() {  # search PROBLEM: LLM-free, 3 generations
+  rm -rf "$R/run_$1"
+  timeout "$LIMIT" $EK run "$1" --generations 3 --population 4 --offspring ${OFFSPRING:-4} \
+    --no-compile-baseline --run-dir "$R/run_$1" 2>&1 | tee "$R/run_$1.txt" | grep -v DEBUG
+  $EK show "$R/run_$1" >"$R/show_$1.txt" 2>&1
+}
+mock() {  # the LLM operators against a scripted LLM (litellm mock_response), 3 generations
   rm -rf "$R/run_mock_llm" "$R/run_mock_llm-llm-cache.sqlite"
-  python3 experiments/mock_llm_search.py softmax --generations 3 --no-compile-baseline \
-    --run-dir "$R/run_mock_llm" 2>&1 | tee "$R/run_mock_llm.txt" | tail -40
-fi
+  timeout "$LIMIT" python3 experiments/mock_llm_search.py softmax --generations 3 \
+    --no-compile-baseline --run-dir "$R/run_mock_llm" 2>&1 | tee "$R/run_mock_llm.txt" | tail -40
+}
+CHECK_ARGS=${CHECK_ARGS:-}
+for s in ${stage//,/ }; do
+  case "$s" in
+    prebuild) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt" ;;
+    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 \
+                 | tee "$R/gpu_tests.txt" | tail -25 ;;
+    checks) check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
+            check conv2d; check conv2d_relu_maxpool ;;
+    check:*) p=${s#check:}; if [ "$p" = matmul ]; then check matmul tests/kernels/matmul_fp16.py; else check "$p"; fi ;;
+    search:*) search "${s#search:}" ;;
+    mock) mock ;;
+    validate) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt"
+              python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$R/gpu_tests.txt" | tail -25
+              check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
+              check conv2d; check conv2d_relu_maxpool ;;
+    all) "$0" validate "$R"; search softmax; search layernorm; mock ;;
+    *) echo "unknown stage $s"; exit 2 ;;
+  esac
+done
 
 python3 scripts/summarize.py "$R" | tee "$R/summary.md"
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" "$R"; fi

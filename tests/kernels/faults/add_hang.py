@@ -10,8 +10,9 @@ cuda_src = r"""
 constexpr int BLOCK = 256;  // tune: 128 256 512
 __global__ void add_kernel(const float* a, const float* b, float* c, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    volatile int spin = 1;
-    while (spin) { }
+    // An empty endless loop may be deleted by the compiler (C++ forward progress); a sleep in
+    // the loop is a side effect it must keep.
+    while (true) { __nanosleep(1000); }
     if (i < n) c[i] = a[i] + b[i];
 }
 torch::Tensor add(torch::Tensor a, torch::Tensor b) {

@@ -1,0 +1,43 @@
+"""The worker's anti-cheat hooks: timer monkey-patching and threads/processes started by
+candidate code are caught; PyTorch's own helper threads are not blamed on the candidate."""
+import threading
+
+from evokernel.records import Reason
+from evokernel.worker import _Tamper, classify_exception
+
+
+def run_as_candidate(code: str) -> None:
+    exec(compile(code, "<candidate evokernel_cand_test>", "exec"), {})
+
+
+def test_threads_started_by_candidate_code_only():
+    t = _Tamper()
+    th = threading.Thread(target=lambda: None)   # the framework's (e.g. torch.compile's)
+    th.start()
+    th.join()
+    assert t.check() is None
+    run_as_candidate("import threading\nth = threading.Thread(target=lambda: None)\n"
+                     "th.start()\nth.join()\n")
+    assert t.check() == (Reason.THREADS, "the candidate started a thread")
+    run_as_candidate("import subprocess\nsubprocess.run(['true'])\n")
+    assert t.check() == (Reason.THREADS, "the candidate started a subprocess")
+    assert t.check() is None
+
+
+def test_timer_monkey_patching_is_caught_and_undone():
+    import time
+    real = time.perf_counter
+    t = _Tamper()
+    run_as_candidate("import time\ntime.perf_counter = lambda: 0.0\n")
+    reason, detail = t.check()
+    assert reason is Reason.TIMER_TAMPERING and "time.perf_counter" in detail
+    assert time.perf_counter is real
+
+
+def test_exception_classes():
+    import torch
+    assert classify_exception(RuntimeError("CUDA error: an illegal memory access was "
+                                           "encountered")) == (Reason.CUDA_FAULT, True)
+    assert classify_exception(torch.cuda.OutOfMemoryError("CUDA out of memory")) == \
+        (Reason.OUT_OF_MEMORY, False)
+    assert classify_exception(ValueError("bad shape")) == (Reason.RUNTIME_ERROR, False)
