@@ -192,11 +192,20 @@ class Session:
         t0 = time.perf_counter()
         try:
             result = self._evaluate(cand)
-            fatal = False
+            fatal = result.reason is Reason.CUDA_FAULT   # the gate caught a sticky error
         except Exception as e:
             reason, fatal = classify_exception(e)
             result = EvalResult.failure(cand.id, reason, f"{type(e).__name__}: {e}"[:2000],
                                         log=_tail(traceback.format_exc()))
+        if not fatal:
+            # The context was healthy before this candidate; if it is broken now, this
+            # candidate broke it (an asynchronous fault that surfaced late), not the next one.
+            broken = _context_error(self.device)
+            if broken is not None:
+                fatal = True
+                result = EvalResult.failure(
+                    cand.id, Reason.CUDA_FAULT, f"the CUDA context is broken after this "
+                    f"candidate: {broken}"[:2000], log=result.log)
         return _with(result, eval_s=time.perf_counter() - t0), fatal
 
     def _evaluate(self, cand: Candidate) -> EvalResult:
@@ -269,6 +278,19 @@ class Session:
             detail += "; " + outcome.detail
         return EvalResult(candidate_id=cand.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
                           detail=detail, **timed)
+
+
+def _context_error(device: Any) -> str | None:
+    """None if the CUDA context still works (synchronize and a tiny kernel), else the error."""
+    import torch
+    try:
+        torch.cuda.synchronize(device)
+        probe = torch.ones(1, device=device) + 1
+        if probe.item() != 2.0:
+            return "a probe kernel computed 1 + 1 wrong"
+        return None
+    except Exception as e:  # sticky errors re-raise on every call
+        return f"{type(e).__name__}: {e}"
 
 
 def _with(result: EvalResult, **changes: Any) -> EvalResult:
