@@ -4,8 +4,12 @@
     evokernel check PROBLEM KERNEL   gate and time one kernel file
     evokernel problems [PATH]        list and validate problems (works without a GPU)
     evokernel show RUN_DIR           summarize a run (finished or still running)
+    evokernel report RUN_DIR         write a Markdown + HTML report with plots
+    evokernel export RUN_DIR -o F    write the best kernel as a standalone candidate file
+    evokernel suite PROBLEMS...      check or search a problem set; fast_p table
 
-Exit status: 0 success (check: accepted), 1 a kernel was rejected, 2 bad input or machine.
+Exit status: 0 success (check: accepted; export: a kernel was written), 1 a kernel was
+rejected or none was accepted, 2 bad input or machine.
 """
 from __future__ import annotations
 
@@ -23,12 +27,15 @@ NO_GPU_HELP = (
     "  Needed: an NVIDIA GPU with a working driver, a CUDA build of PyTorch, and nvcc\n"
     "  (CUDA_HOME) to build kernels. The project is tuned on an H200 (sm_90).\n"
     "  What works without a GPU: `make test` (the CPU test suite), `evokernel problems`\n"
-    "  (load and validate problem files), and `evokernel show RUN_DIR` on a copied run.")
+    "  (load and validate problem files), and `evokernel show`, `report` and `export` on a\n"
+    "  copied run, and `evokernel suite --from-checks DIR`.")
 
 
-def _configure_logging(verbose: bool) -> None:
+def _configure_logging(verbose: bool, sink=None) -> None:
+    """Log to stderr (or ``sink``, e.g. a live display's) at INFO, or DEBUG when verbose."""
     logger.remove()
-    logger.add(sys.stderr, level="DEBUG" if verbose else "INFO",
+    logger.add(sink or sys.stderr, level="DEBUG" if verbose else "INFO",
+               colorize=None if sink is None else True,
                format="<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> {message}")
 
 
@@ -50,7 +57,6 @@ def _require_gpu() -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from evokernel.config import LLMConfig, RunConfig, SearchConfig
     from evokernel.problem import load_problem
-    from evokernel.search import Evolution
 
     _require_gpu()
     if args.resume:
@@ -72,16 +78,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
-
-    def report(g) -> None:
-        line = (f"gen {g.generation:>3}: best {g.best_speedup:6.3f}x  valid {g.valid}/{g.total}"
-                f"  best={g.best_id}")
-        if config.llm.model:
-            line += f"  tokens {g.tokens}  cost ${g.cost_usd:.4f}"
-        print(line, flush=True)
-
-    evo = Evolution(problem, config, on_generation=report)
-    result = evo.run(resume=bool(args.resume))
+    result = _run_with_progress(problem, config, resume=bool(args.resume),
+                                verbose=args.verbose)
     print(f"run directory: {result.run_dir}  ({result.stopped})")
     if result.best is None:
         print("no kernel passed the gate")
@@ -93,6 +91,39 @@ def cmd_run(args: argparse.Namespace) -> int:
           + (f", {res.pct_of_floor:.0f}% of floor" if res.pct_of_floor else ""))
     print(f"exported: {result.best_path}")
     return 0
+
+
+def _run_with_progress(problem, config, *, resume: bool, verbose: bool):
+    """Run one search with the live progress display (plain lines when stdout is not a
+    terminal); loguru prints above the display while it is live."""
+    from evokernel.evaluator import CudaEvaluator
+    from evokernel.progress import ProgressEvaluator, SearchProgress
+    from evokernel.search import Evolution
+
+    evo: Evolution | None = None
+    progress = SearchProgress(
+        generations=config.search.generations, max_tokens=config.llm.max_total_tokens,
+        max_cost_usd=config.llm.max_cost_usd, baseline=config.evaluation.baseline,
+        usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
+    evaluator = ProgressEvaluator(lambda: CudaEvaluator(problem, config.evaluation), progress)
+    evo = Evolution(problem, config, evaluator=evaluator,
+                    on_generation=progress.generation_done)
+    first = 0
+    if resume:
+        from evokernel.store import RunStore
+        store = RunStore(config.run_dir, read_only=True)
+        done = store.generations()
+        store.close()
+        first = done[-1]["generation"] + 1 if done else 0
+    try:
+        with progress:
+            if progress.live:
+                _configure_logging(verbose, sink=progress.log_sink)
+            progress.begin(first)
+            return evo.run(resume=resume)
+    finally:
+        _configure_logging(verbose)
+        evaluator.close()
 
 
 def format_result(res) -> str:
@@ -167,21 +198,88 @@ def cmd_problems(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from evokernel.store import RunStore
-    store = RunStore(args.run_dir)
-    meta = store.meta()
-    dev = meta.get("device", {})
-    print(f"run {store.run_dir}: problem {meta.get('problem', {}).get('name')}, device "
-          f"{dev.get('device')}, torch {dev.get('torch')}, CUDA {dev.get('cuda')}")
-    for g in store.generations():
-        print(f"gen {g['generation']:>3}: best {g['best_speedup']:6.3f}x  "
-              f"valid {g['valid']}/{g['total']}")
-    best = store.best()
-    if best:
-        cand, res = best
-        print(f"best {cand.id}: {res.speedup:.3f}x ({res.reference_ms:.4f} -> "
-              f"{res.candidate_ms:.4f} ms), idea: {cand.idea.splitlines()[0] if cand.idea else '-'}")
+    from evokernel.show import show
+    show(args.run_dir)
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from evokernel.report import write_report
+    md = write_report(args.run_dir, args.output)
+    print(f"report: {md} and {md.with_suffix('.html')} (plots beside them)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from evokernel.evaluator import static_check
+    from evokernel.records import Candidate
+    from evokernel.store import RunStore
+
+    store = RunStore(args.run_dir, read_only=True)
+    try:
+        out = store.export_best(args.output)
+        problem = store.meta().get("problem", {}).get("name", "PROBLEM")
+    finally:
+        store.close()
+    if out is None:
+        print(f"evokernel: {args.run_dir}: no kernel was accepted, nothing to export",
+              file=sys.stderr)
+        return 1
+    rejected = static_check(Candidate(source=out.read_text()))
+    if rejected is not None:
+        raise EvokernelError(f"{out}: the exported file does not load: {rejected.detail}")
+    print(f"exported: {out}  (check it: evokernel check {problem} {out})")
+    return 0
+
+
+def cmd_suite(args: argparse.Namespace) -> int:
+    from evokernel import suite
+    if args.from_checks:
+        if not Path(args.from_checks).is_dir():
+            raise EvokernelError(f"{args.from_checks}: no such folder of check_*.json files")
+        try:
+            rows = suite.rows_from_checks(args.from_checks)
+        except ValueError as e:
+            raise EvokernelError(str(e)) from e
+        if args.problems:   # problems named but never checked count against fast_p
+            from evokernel.suite_run import suite_problems
+            have = {r.problem for r in rows}
+            rows += [suite.missing_row(p.name, "no check file")
+                     for p in suite_problems(args.problems) if p.name not in have]
+    else:
+        rows = _suite_on_gpu(args)
+    md, js = suite.write(rows, args.output, title=args.title)
+    print(md.read_text(), end="")
+    print(f"\nwritten: {md} and {js}")
+    return 0
+
+
+def _suite_on_gpu(args: argparse.Namespace):
+    from evokernel.config import LLMConfig, RunConfig, SearchConfig
+    from evokernel.suite_run import candidate_files, check_all, search_all, suite_problems
+
+    if not args.problems:
+        raise EvokernelError("suite: name a folder, files or built-in problems "
+                             "(or --from-checks DIR)")
+    problems = suite_problems(args.problems)
+    if args.search:
+        _require_gpu()
+        config = RunConfig(
+            search=SearchConfig(population_size=args.population, generations=args.generations,
+                                offspring_per_generation=args.offspring, seed=args.seed),
+            evaluation=_eval_config(args),
+            llm=LLMConfig(model=args.model, api_base=args.api_base,
+                          max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd))
+        base = Path(args.output)
+        run_root = base.parent / f"{base.stem}_runs"
+
+        def run(problem, cfg):
+            resume = (Path(cfg.run_dir) / "run.sqlite").exists()
+            return _run_with_progress(problem, cfg, resume=resume, verbose=args.verbose)
+        return search_all(problems, config, run_root, run=run)
+    files = candidate_files(problems, args.kernels)
+    _require_gpu()
+    return check_all(problems, files, _eval_config(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,6 +331,44 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="summarize a run directory")
     s.add_argument("run_dir")
     s.set_defaults(func=cmd_show)
+
+    rp = sub.add_parser("report", help="write a Markdown + HTML report with plots of a run")
+    rp.add_argument("run_dir")
+    rp.add_argument("-o", "--output", help="report folder (default: RUN_DIR/report)")
+    rp.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="write a run's best kernel as a candidate file")
+    ex.add_argument("run_dir")
+    ex.add_argument("-o", "--output", required=True, help="the kernel file to write")
+    ex.set_defaults(func=cmd_export)
+
+    su = sub.add_parser("suite", help="check or search a problem set; table with fast_p",
+                        description="One row per problem (correct, speedup vs eager and vs "
+                        "torch.compile, %% of floor) and KernelBench's fast_p for p = 0, 1, "
+                        "1.5, 2 over all problems, plus the geometric-mean speedup of the "
+                        "correct kernels. Writes OUTPUT.md and OUTPUT.json.")
+    su.add_argument("problems", nargs="*",
+                    help="problem folders (KernelBench level layout or problems/), files, or "
+                         "built-in names")
+    su.add_argument("--kernels", help="candidates: a folder of <problem>.py files or a JSON "
+                    "{problem: file}; default: each problem's seed kernel")
+    su.add_argument("--search", action="store_true",
+                    help="run a search per problem instead of checking one candidate")
+    su.add_argument("--from-checks", metavar="DIR", help="no GPU: build the table from the "
+                    "check_*.json files in DIR (each file's first kernel)")
+    su.add_argument("-o", "--output", default="suite",
+                    help="output path without suffix (default: ./suite -> suite.md, suite.json)")
+    su.add_argument("--title", default="evokernel suite", help="the table's heading")
+    su.add_argument("--model", help="litellm model for --search (default: LLM-free)")
+    su.add_argument("--api-base")
+    su.add_argument("--population", type=int, default=4)
+    su.add_argument("--offspring", type=int, default=8)
+    su.add_argument("--generations", type=int, default=3)
+    su.add_argument("--seed", type=int, default=0, help="search RNG seed")
+    su.add_argument("--max-tokens", type=int, help="per-problem LLM token budget")
+    su.add_argument("--max-cost-usd", type=float, help="per-problem LLM cost budget")
+    eval_args(su)
+    su.set_defaults(func=cmd_suite)
     return p
 
 

@@ -24,6 +24,11 @@ from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason
 
 OnResult = Callable[[EvalResult], None]
+#: ``on_event(kind, candidate_id)``, called from build and GPU threads as a candidate moves on:
+#: "build_started", then "built" or "build_failed"; then "gating" (a GPU worker took it),
+#: "gated" (its verdict is in) and, when accepted, "timed". A worker gates and times in one
+#: call, so "gated" and "timed" arrive together. For progress displays (evokernel.progress).
+OnEvent = Callable[[str, str], None]
 
 
 class Evaluator(Protocol):
@@ -106,15 +111,24 @@ class CudaEvaluator:
         self.info["gpus"] = len(self.workers)
         logger.info("GPU workers ready on {} x {}", len(self.workers), self.info.get("device"))
 
-    def evaluate(self, candidates: Sequence[Candidate],
-                 on_result: OnResult | None = None) -> list[EvalResult]:
+    def evaluate(self, candidates: Sequence[Candidate], on_result: OnResult | None = None,
+                 on_event: OnEvent | None = None) -> list[EvalResult]:
         """Evaluate ``candidates``; results come back in the same order.
 
         ``on_result`` is called (from a worker thread) as each result is ready, so the run store
-        is written as each candidate finishes.
+        is written as each candidate finishes. ``on_event`` (optional, see OnEvent) reports
+        each candidate's progress; an exception it raises is logged and ignored.
         """
         results: dict[str, EvalResult] = {}
         lock = threading.Lock()
+
+        def emit(kind: str, cid: str) -> None:
+            if on_event is None:
+                return
+            try:
+                on_event(kind, cid)
+            except Exception:  # a display must never cost a result
+                logger.exception("on_event({!r}) failed for {}", kind, cid)
 
         def done(r: EvalResult) -> None:
             with lock:
@@ -127,7 +141,11 @@ class CudaEvaluator:
         def gpu_loop(worker: Any) -> None:
             while (item := gpu_queue.get()) is not None:
                 cand, build = item
+                emit("gating", cand.id)
                 r = worker.evaluate(cand, self.config.eval_timeout_s)
+                emit("gated", cand.id)
+                if r.accepted:
+                    emit("timed", cand.id)
                 done(dataclasses.replace(r, build_s=build.build_s,
                                          flags=tuple(build.flags) + tuple(r.flags)))
 
@@ -137,21 +155,27 @@ class CudaEvaluator:
         for t in gpu_threads:
             t.start()
         unique = list({c.id: c for c in candidates}.values())
+
+        def build_one(cand: Candidate) -> Any:
+            emit("build_started", cand.id)
+            return self.builder.build(cand)
         futures = {}
         for cand in unique:
             rejected = static_check(cand)
             if rejected is not None:
                 done(rejected)
             else:
-                futures[self._pool.submit(self.builder.build, cand)] = cand
+                futures[self._pool.submit(build_one, cand)] = cand
         for fut in as_completed(futures):
             cand = futures[fut]
             try:
                 build = fut.result()
             except Exception as e:  # a bug in the builder must not lose the candidate
                 logger.exception("builder failed on {}", cand.id)
+                emit("build_failed", cand.id)
                 done(EvalResult.failure(cand.id, Reason.BUILD_ERROR, f"builder error: {e}"))
                 continue
+            emit("built" if build.ok else "build_failed", cand.id)
             if not build.ok:
                 done(EvalResult.failure(cand.id, build.reason or Reason.BUILD_ERROR,
                                         "build failed" if build.reason is not Reason.BUILD_TIMEOUT

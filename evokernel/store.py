@@ -9,6 +9,11 @@ Layout of a run directory:
 
 SQLite (stdlib) gives atomic, crash-safe writes: a run killed with kill -9 at any point loses at
 most the record being written, and resumes from what is there (evokernel.search).
+
+``RunStore(run_dir, read_only=True)`` (``evokernel show``/``report``/``export``) never writes to
+the run directory: a run that is still going is read through SQLite's read-only mode (sharing
+the writer's WAL), and a finished one as an immutable file, so no ``-wal``/``-shm`` files appear
+beside a committed run and its bytes stay as they are.
 """
 from __future__ import annotations
 
@@ -40,20 +45,40 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
 
 
+def _is_wal_file(db: Path) -> bool:
+    """True when the SQLite file's header says WAL mode (bytes 18-19 are 2)."""
+    with db.open("rb") as f:
+        header = f.read(20)
+    return len(header) == 20 and header[18] == 2 and header[19] == 2
+
+
 class RunStore:
     """Read and write one run directory. Thread-safe (LLM threads record their calls)."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, *, read_only: bool = False):
         """Open an existing run directory (see ``create`` to make one).
 
+        Args:
+            run_dir: the run directory.
+            read_only: open for reading only (show, report, export): nothing in the directory
+                is created or changed, writes raise ConfigError, and a store whose tables do
+                not exist yet (a run that has only just started) reads as empty.
         Raises:
             ConfigError: ``run_dir`` holds no run store.
         """
         self.run_dir = Path(run_dir)
+        self.read_only = read_only
         db = self.run_dir / "run.sqlite"
         if not db.is_file():
             raise ConfigError(f"{self.run_dir}: not a run directory (no run.sqlite)")
         self._lock = threading.Lock()
+        if read_only:
+            # A live writer keeps run.sqlite-wal open; without one, SQLite's read-only mode
+            # would still create -wal/-shm files, so a finished run is opened as immutable.
+            live = Path(f"{db}-wal").exists() or not _is_wal_file(db)
+            uri = db.resolve().as_uri() + ("?mode=ro" if live else "?immutable=1")
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30.0)
+            return
         self._db = sqlite3.connect(db, check_same_thread=False, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -85,6 +110,8 @@ class RunStore:
 
     # -- writes -----------------------------------------------------------------------------
     def _write(self, sql: str, args: tuple[Any, ...]) -> None:
+        if self.read_only:
+            raise ConfigError(f"{self.run_dir}: run store opened read-only")
         with self._lock:
             self._db.execute(sql, args)
             self._db.commit()
@@ -119,7 +146,12 @@ class RunStore:
     # -- reads ------------------------------------------------------------------------------
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as e:
+                if self.read_only and "no such table" in str(e):
+                    return []         # a run created a moment ago: its tables come next
+                raise
 
     def config(self) -> RunConfig:
         return RunConfig.from_dict(json.loads((self.run_dir / "config.json").read_text()))
@@ -146,6 +178,14 @@ class RunStore:
         return [{"generation": g, "population": json.loads(p), "best_id": b,
                  "best_speedup": s, "valid": v, "total": t, "rng_state": json.loads(rs),
                  "finished_s": f} for g, p, b, s, v, t, rs, f in rows]
+
+    def last_write_s(self) -> float | None:
+        """Unix time (s) of the newest record of any kind, or None for an empty store."""
+        times = [t for (t,) in self._rows(
+            "SELECT MAX(created_s) FROM candidates UNION ALL SELECT MAX(evaluated_s) FROM results "
+            "UNION ALL SELECT MAX(finished_s) FROM generations UNION ALL SELECT MAX(at_s) "
+            "FROM llm_calls") if t is not None]
+        return max(times) if times else None
 
     def llm_calls(self) -> list[dict[str, Any]]:
         return [json.loads(d) for (d,) in self._rows("SELECT data FROM llm_calls ORDER BY id")]
@@ -175,17 +215,27 @@ class RunStore:
         return self.candidates()[cid], self.results()[cid]
 
     def export_best(self, path: str | Path | None = None) -> Path | None:
-        """Write the best accepted kernel as a standalone candidate file (default: best.py in
-        the run directory). Returns its path, or None when nothing was accepted."""
+        """Write the best accepted kernel as a standalone KernelBench-format candidate file
+        (default: best.py in the run directory): a comment header (run, problem, candidate,
+        speedup, times in ms, idea), then the candidate's source unchanged, so the file loads
+        and passes ``evokernel check PROBLEM FILE`` on its own. Returns its path, or None when
+        nothing was accepted."""
         best = self.best()
         if best is None:
             return None
         cand, res = best
         out = Path(path) if path else self.run_dir / "best.py"
-        header = (f"# evokernel: best kernel of run {self.run_dir.name} for problem "
-                  f"{self.meta().get('problem', {}).get('name', '?')}\n"
-                  f"# candidate {cand.id}, generation {cand.generation}, operator {cand.operator}; "
-                  f"speedup {res.speedup:.3f}x over eager ({res.reference_ms} ms -> "
-                  f"{res.candidate_ms} ms)\n# idea: {cand.idea.splitlines()[0] if cand.idea else '-'}\n")
-        out.write_text(header + cand.source)
+        problem = self.meta().get("problem", {}).get("name", "?")
+        idea = cand.idea.splitlines()[0] if cand.idea.strip() else "-"
+        floor = f", {res.pct_of_floor:.0f}% of floor" if res.pct_of_floor else ""
+        header = [f"evokernel: best kernel of run {self.run_dir.name} for problem {problem}",
+                  f"candidate {cand.id}, generation {cand.generation}, operator {cand.operator}; "
+                  f"speedup {res.speedup:.3f}x over eager ({res.reference_ms:.4f} ms -> "
+                  f"{res.candidate_ms:.4f} ms{floor})",
+                  f"idea: {idea}",
+                  f"check it: evokernel check {problem} {out.name}"]
+        lines = "".join(f"# {h}\n" for h in header)
+        source = cand.source if cand.source.endswith("\n") else cand.source + "\n"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(lines + source, encoding="utf-8")
         return out

@@ -34,7 +34,7 @@ def main(root: Path) -> None:
                       f"{k['speedup']:.3f} | {k['compile_speedup']:.3f} | "
                       f"{fmt(k['pct_of_floor'], '.0f')} |")
     for run in sorted(p for p in root.glob("run_*") if (p / "run.sqlite").exists()):
-        store = RunStore(run)
+        store = RunStore(run, read_only=True)   # leaves committed runs untouched
         results, cands = store.results(), store.candidates()
         gens = store.generations()
         print(f"\n## {run.name}: {len(cands)} candidates, "
