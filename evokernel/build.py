@@ -42,27 +42,14 @@ from loguru import logger
 
 from evokernel.errors import ConfigError
 from evokernel.records import Candidate, Reason
+from evokernel.sandbox import worker_env  # noqa: F401  (re-exported: builds use it)
 
 LOG_TAIL_CHARS = 4000
 MARKER = "evokernel_built.json"     # written into a build folder once its module has loaded
 _ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-_SECRET_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI_", "ANTHROPIC_", "GEMINI_",
-                    "HF_", "HUGGING", "COHERE_", "MISTRAL_", "GROQ_", "TOGETHER", "DEEPSEEK",
-                    "XAI_", "OPENROUTER", "LITELLM_", "WANDB_", "GITHUB_", "GH_", "VERTEX")
 _ARCH_OPTS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code",
               "--gpu-code")
 _ARCH_IN = re.compile(r"(^|\s)(%s)([=\s]|$)" % "|".join(_ARCH_OPTS))
-
-
-def worker_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``base`` (default ``os.environ``) without credentials, for processes that run
-    LLM-written code: drops names containing KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or
-    AUTH, and names starting with a provider prefix (AWS_, OPENAI_, HF_, GEMINI_, ...)."""
-    env = dict(os.environ if base is None else base)
-    return {k: v for k, v in env.items()
-            if not any(w in k.upper() for w in _SECRET_WORDS)
-            and not k.upper().startswith(_SECRET_PREFIXES)}
 
 
 def device_arch() -> str:
