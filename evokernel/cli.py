@@ -58,12 +58,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evokernel.config import LLMConfig, RunConfig, SearchConfig
     from evokernel.problem import load_problem
 
-    _require_gpu()
     if args.resume:
         from evokernel.store import RunStore
-        store = RunStore(args.resume)
+        given = _explicit_run_flags(args)
+        if given:
+            raise EvokernelError(f"--resume continues {args.resume} with its stored config.json;"
+                                 f" drop {', '.join(given)} (or start a new run)")
+        store = RunStore(args.resume, read_only=True)
         config = store.config()
-        problem = load_problem(Path(args.resume) / "problem.py", seed=None)
+        run_dir = Path(args.resume)
+        seed = run_dir / "seed.py"
+        problem = load_problem(run_dir / "problem.py", seed=seed if seed.is_file() else None)
         problem = dataclasses.replace(problem, name=store.meta()["problem"]["name"])
         config = dataclasses.replace(config, run_dir=args.resume)
     else:
@@ -75,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             evaluation=_eval_config(args),
             llm=LLMConfig(model=args.model, api_base=args.api_base,
                           max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd))
+    _require_gpu()   # after the arguments and the problem are known to be good
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
@@ -91,6 +97,14 @@ def cmd_run(args: argparse.Namespace) -> int:
           + (f", {res.pct_of_floor:.0f}% of floor" if res.pct_of_floor else ""))
     print(f"exported: {result.best_path}")
     return 0
+
+
+def _explicit_run_flags(args: argparse.Namespace) -> list[str]:
+    """The `run` options given on the command line with a value other than their default."""
+    defaults = vars(build_parser().parse_args(["run"]))
+    skip = {"resume", "verbose", "func", "command"}
+    return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
+            for k, v in vars(args).items() if k not in skip and v != defaults.get(k)]
 
 
 def _run_with_progress(problem, config, *, resume: bool, verbose: bool):
@@ -132,7 +146,7 @@ def format_result(res) -> str:
         return "-" if x is None else format(x, fmt)
     lines = [f"verdict:        {res.verdict.value} ({res.reason.value})",
              f"detail:         {res.detail}"]
-    if res.distribution is not None:
+    if res.distribution is not None and not res.accepted:
         lines.append(f"failed on:      distribution {res.distribution}, seed {res.seed}")
     lines += [f"norm ratio:     {num(res.norm_error_ratio, '.3g')} (candidate error / PyTorch "
               f"FP32 error; must be <= {num(res.tolerance_factor, 'g')})",
@@ -163,11 +177,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     problem = load_problem(args.problem)
     kernels = [Path(k) for k in args.kernel]
-    for k in kernels:
-        if not k.is_file():
-            raise EvokernelError(f"{k}: no such kernel file")
+    sources = [_read_kernel(k) for k in kernels]
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise EvokernelError(f"--json {args.json}: its folder does not exist")
     _require_gpu()
-    cands = [Candidate(source=k.read_text(), idea=f"file {k}", operator="check") for k in kernels]
+    cands = [Candidate(source=src, idea=f"file {k}", operator="check")
+             for k, src in zip(kernels, sources)]
     evaluator = CudaEvaluator(problem, _eval_config(args))
     try:
         results = evaluator.evaluate(cands)
@@ -186,6 +201,21 @@ def cmd_check(args: argparse.Namespace) -> int:
                               compile_speedup=r.compile_speedup, pct_of_floor=r.pct_of_floor)
                          for k, r in zip(kernels, results)]}, indent=2))
     return 0 if all(r.accepted for r in results) else 1
+
+
+def _read_kernel(path: Path) -> str:
+    """A kernel file's text. Raises: EvokernelError naming the file when it cannot be used."""
+    if path.is_dir():
+        raise EvokernelError(f"{path}: is a folder, not a kernel file")
+    if not path.is_file():
+        raise EvokernelError(f"{path}: no such kernel file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise EvokernelError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") \
+            from e
+    except OSError as e:
+        raise EvokernelError(f"{path}: cannot read: {e.strerror}") from e
 
 
 def cmd_problems(args: argparse.Namespace) -> int:

@@ -163,7 +163,7 @@ def _literal_names(path: Path, node: ast.expr) -> tuple[str, ...]:
         value = ast.literal_eval(node)
     except ValueError as e:
         raise ProblemError(f"{path}: DISTRIBUTIONS must be a literal tuple of names") from e
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
         raise ProblemError(f"{path}: DISTRIBUTIONS must be a tuple of names")
     unknown = [v for v in value if v not in KNOWN_DISTRIBUTIONS]
     if unknown:

@@ -98,6 +98,8 @@ class RunStore:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(config.to_json() + "\n")
         (run_dir / "problem.py").write_text(problem.source)
+        if problem.seed_source is not None:   # resume needs it if killed before generation 0
+            (run_dir / "seed.py").write_text(problem.seed_source)
         sqlite3.connect(run_dir / "run.sqlite").close()
         store = cls(run_dir)
         store.set_meta("problem", {"name": problem.name, "path": str(problem.path)})
@@ -151,7 +153,11 @@ class RunStore:
             except sqlite3.OperationalError as e:
                 if self.read_only and "no such table" in str(e):
                     return []         # a run created a moment ago: its tables come next
-                raise
+                raise ConfigError(f"{self.run_dir / 'run.sqlite'}: cannot read the run store: "
+                                  f"{e}") from e
+            except sqlite3.DatabaseError as e:
+                raise ConfigError(f"{self.run_dir / 'run.sqlite'}: not a readable run store "
+                                  f"({e})") from e
 
     def config(self) -> RunConfig:
         return RunConfig.from_dict(json.loads((self.run_dir / "config.json").read_text()))
@@ -206,13 +212,15 @@ class RunStore:
         return total
 
     def best(self) -> tuple[Candidate, EvalResult] | None:
-        """The accepted candidate with the highest speedup, or None."""
-        rows = self._rows("SELECT candidate_id FROM results WHERE verdict='accept' "
-                          "ORDER BY speedup DESC, rowid LIMIT 1")
-        if not rows:
+        """The accepted candidate with the highest fitness, or None. Fitness is the speedup over
+        the run's baseline (config.evaluation.baseline: eager, or torch.compile), as in the
+        search; ties go to the earlier candidate."""
+        by_compile = self.config().evaluation.baseline == "compile"
+        accepted = [r for r in self.results().values() if r.accepted]
+        if not accepted:
             return None
-        cid = rows[0][0]
-        return self.candidates()[cid], self.results()[cid]
+        best = max(accepted, key=lambda r: r.compile_speedup if by_compile else r.speedup)
+        return self.candidates()[best.candidate_id], best
 
     def export_best(self, path: str | Path | None = None) -> Path | None:
         """Write the best accepted kernel as a standalone KernelBench-format candidate file

@@ -57,3 +57,32 @@ def test_import_has_no_side_effects():
     code = ("import sys, evokernel; "
             "assert 'litellm' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_resume_refuses_other_flags(capsys, tmp_path):
+    assert main(["run", "--resume", str(tmp_path), "--model", "openai/x",
+                 "--generations", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "--generations" in err and "stored config.json" in err
+
+
+def test_bad_search_arguments_are_reported_before_the_gpu(capsys):
+    assert main(["run", "softmax", "--population", "0"]) == 2
+    assert "population_size" in capsys.readouterr().err
+    assert main(["run", "softmax", "--distributions", "problem,bogus"]) == 2
+    assert "bogus" in capsys.readouterr().err
+
+
+def test_unreadable_kernel_files(capsys, tmp_path):
+    binary = tmp_path / "k.py"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    assert main(["check", "softmax", str(binary)]) == 2
+    assert "not a UTF-8 text file" in capsys.readouterr().err
+    assert main(["check", "softmax", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_show_on_a_corrupt_store(capsys, tmp_path):
+    (tmp_path / "run.sqlite").write_bytes(b"this is not sqlite" * 100)
+    assert main(["show", str(tmp_path)]) == 2
+    assert "not a readable run store" in capsys.readouterr().err

@@ -85,3 +85,11 @@ def test_unknown_name_and_missing_paths(tmp_path):
         load_problem(tmp_path / "p.py", seed=tmp_path / "missing.py")
     with pytest.raises(ProblemError, match="no problem files"):
         load_problems(tmp_path / "empty") if (tmp_path / "empty").mkdir() is None else None
+
+
+@pytest.mark.parametrize("value", ["5", "None", "'problem'"])
+def test_distributions_must_be_a_tuple_of_names(tmp_path, value):
+    f = tmp_path / "p.py"
+    f.write_text(GOOD + f"DISTRIBUTIONS = {value}\n")
+    with pytest.raises(ProblemError, match="DISTRIBUTIONS must be"):
+        load_problem(f)
