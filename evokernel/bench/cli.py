@@ -1,0 +1,237 @@
+"""The command line: ``evokernel bench`` (:func:`add_bench_arguments`, :func:`cmd_bench`) and
+``python -m evokernel.bench`` (:func:`main`)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from evokernel.bench.fidelity import do_bench_main
+from evokernel.bench.plan import (DEFAULT_PHASES, DEFAULT_THROUGHPUT, HEADLINE, PHASES,
+                                  BenchPlan, CostModel, engine_build_workers, estimate_wall_s,
+                                  machine_cores, sequential_fit, throughput_variants)
+from evokernel.bench.run import cuda_deps, run_bench
+from evokernel.errors import ConfigError, EvokernelError, NoGPUError
+
+
+def _split_commas(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _phases_arg(text: str) -> tuple[str, ...]:
+    parts = tuple(dict.fromkeys(_split_commas(text)))
+    if "all" in parts:
+        return PHASES
+    bad = [p for p in parts if p not in PHASES]
+    if bad or not parts:
+        raise argparse.ArgumentTypeError(f"unknown phase(s) {bad or [text]}; choose from "
+                                         f"{', '.join(PHASES)} or all")
+    return tuple(p for p in PHASES if p in parts)
+
+
+def _throughput_arg(text: str) -> tuple[tuple[str, int], ...]:
+    out = []
+    for item in _split_commas(text):
+        name, _, count = item.partition("=")
+        try:
+            n = int(count)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected PROBLEM=COUNT") from None
+        if not name or n < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected PROBLEM=COUNT with COUNT >= 1")
+        out.append((name, n))
+    if not out:
+        raise argparse.ArgumentTypeError("expected PROBLEM=COUNT[,PROBLEM=COUNT...]")
+    return tuple(out)
+
+
+def _names_arg(text: str) -> tuple[str, ...]:
+    names = tuple(_split_commas(text))
+    if not names:
+        raise argparse.ArgumentTypeError("expected PROBLEM[,PROBLEM...]")
+    return names
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of `evokernel bench` (also of `python -m evokernel.bench`)."""
+    p.add_argument("--phases", type=_phases_arg, default=DEFAULT_PHASES,
+                   help="comma-separated: cold, warm, fidelity, sequential, faults, or all; "
+                        "they run in that order (default: cold,warm,fidelity,sequential; "
+                        "faults is tests/test_gpu_faults.py)")
+    p.add_argument("--throughput", type=_throughput_arg, default=DEFAULT_THROUGHPUT,
+                   metavar="P=N,...", help="tune variants per problem for the throughput phases "
+                   "(default: layernorm=16,conv2d_relu_maxpool=8,matmul=8: 32 candidates)")
+    p.add_argument("--sequential-n", type=_positive_int, default=8,
+                   help="most candidates the sequential baseline measures; the budget may cut "
+                        "it (default 8)")
+    p.add_argument("--fidelity-problems", type=_names_arg, default=HEADLINE, metavar="P,...",
+                   help="seed kernels re-measured (default: the five headline problems)")
+    p.add_argument("--fidelity-runs", type=_positive_int, default=5,
+                   help="separate evaluators per seed kernel (default 5)")
+    p.add_argument("--budget-s", type=float, default=530.0,
+                   help="wall seconds the bench may take; later phases adapt (default 530, for "
+                        "a 10-minute device call with set-up and packing around it)")
+    p.add_argument("--results-dir", default=None,
+                   help="where bench_*.json/.md go (default results/bench-<date>)")
+    p.add_argument("--work-dir", default=None,
+                   help="build caches the bench empties and fills (default "
+                        "$TMPDIR/evokernel-bench)")
+    p.add_argument("--build-workers", type=_positive_int, default=None,
+                   help="engine builds at once (default: the engine's, cores // 2)")
+    p.add_argument("--compile-baseline", action="store_true",
+                   help="also time torch.compile in every evaluator set-up")
+    p.add_argument("--do-bench-rep-ms", type=float, default=100.0,
+                   help="triton do_bench rep budget per call (default 100, its own default)")
+    p.add_argument("--do-bench-rounds", type=_positive_int, default=3,
+                   help="interleaved do_bench rounds per kernel (default 3)")
+    p.add_argument("--setup-concurrency", type=_positive_int, default=10,
+                   help="evaluators set up and alive at once (default 10: two fidelity runs "
+                        "of five problems; a softmax worker holds ~13 GiB of GPU memory)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan and its time estimate, run nothing (no GPU needed)")
+    p.add_argument("--cores", type=_positive_int, default=None,
+                   help="CPU cores --dry-run's estimate assumes (default: this machine's; the "
+                        "H200 host has 16)")
+
+
+def plan_from_args(args: argparse.Namespace) -> BenchPlan:
+    """A BenchPlan from parsed arguments. Raises: ConfigError for an invalid combination."""
+    import datetime
+    import tempfile
+    results = Path(args.results_dir or f"results/bench-{datetime.date.today().isoformat()}")
+    work = Path(args.work_dir or Path(tempfile.gettempdir()) / "evokernel-bench")
+    try:
+        return BenchPlan(results_dir=results, work_dir=work, phases=tuple(args.phases),
+                         throughput=tuple(args.throughput), sequential_n=args.sequential_n,
+                         fidelity_problems=tuple(args.fidelity_problems),
+                         fidelity_runs=args.fidelity_runs, budget_s=args.budget_s,
+                         build_workers=args.build_workers,
+                         compile_baseline=args.compile_baseline,
+                         do_bench_rep_ms=args.do_bench_rep_ms,
+                         do_bench_rounds=args.do_bench_rounds,
+                         setup_concurrency=args.setup_concurrency)
+    except ValueError as e:
+        raise ConfigError(f"bench: {e}") from e
+
+
+def describe_plan(plan: BenchPlan, *, cores: int | None = None,
+                  cost: CostModel = CostModel()) -> str:
+    """The lines printed before a run: what runs, and the estimated wall time per phase."""
+    cores = machine_cores(cores)
+    n_seq = sequential_fit(plan, cost, cores=cores)
+    est = estimate_wall_s(plan, cost, cores=cores, sequential_n=n_seq)
+    tp = ", ".join(f"{p}={n}" for p, n in plan.throughput)
+    what = (f"{plan.candidates} candidates ({tp})"
+            if plan.measures_throughput else
+            f"seed kernels of {', '.join(plan.fidelity_problems)}")
+    lines = [f"evokernel bench: phases {','.join(plan.phases)}; {what}; results in "
+             f"{plan.results_dir}, caches in {plan.work_dir}",
+             f"  estimate on {cores} cores with {engine_build_workers(plan, cores)} build "
+             f"workers (H200 costs of 2026-11-30): "
+             + ", ".join(f"{k} ~{v:.0f} s" for k, v in est.items() if k != "total")
+             + f"; total ~{est['total']:.0f} s of a {plan.budget_s:.0f} s budget"]
+    if "sequential" in plan.phases:
+        lines.append(f"  sequential baseline: ~{n_seq} of {plan.candidates} candidates fit "
+                     f"(asked up to {plan.sequential_n}); its rate is scaled to the set"
+                     + ("" if n_seq else "; it runs only if the earlier phases finish early "
+                        "(else run --phases cold,warm,sequential and --phases fidelity in two "
+                        "calls)"))
+    if est["total"] > plan.budget_s:
+        lines.append(f"  over budget by ~{est['total'] - plan.budget_s:.0f} s: later phases "
+                     "will be cut or skipped; select fewer with --phases")
+    return "\n".join(lines)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`evokernel bench`: run the engine benchmarks, print the summary table last.
+
+    Returns 0 when every benchmark that ran met its targets, 1 otherwise (measurements are
+    written either way), 0 for --dry-run.
+    Raises: NoGPUError without a CUDA GPU (not for --dry-run); ConfigError for bad flags (e.g.
+        more variants than a seed kernel has) or a work folder it may not delete; ProblemError
+        for an unknown problem. Flags are checked before the GPU.
+    """
+    plan = plan_from_args(args)
+    if plan.measures_throughput:
+        try:                                     # problems and variants, checked on the CPU
+            throughput_variants(plan.throughput)
+        except ValueError as e:
+            raise ConfigError(f"bench: --throughput: {e}") from e
+    if args.dry_run:
+        print(describe_plan(plan, cores=args.cores))
+        return 0
+    deps = cuda_deps(plan)                        # NoGPUError here, before touching anything
+    print(describe_plan(plan, cores=deps.cores), flush=True)
+    previous = _exit_on_sigterm()
+    try:
+        out = run_bench(plan, deps)
+    finally:
+        _restore_sigterm(previous)
+    print(f"\nevokernel bench: {out['elapsed_s']:.0f} s; results in {plan.results_dir}\n")
+    print(out["table"], flush=True)
+    verdicts = [t["passed"] for t in (out["throughput"] or {}).get("targets", [])]
+    for r in (out["fidelity"] or {}).get("problems", []):
+        verdicts += [r["spread_ok"], r["agreement_ok"]]
+    if out["faults"] and out["faults"].get("ran"):
+        verdicts.append(out["faults"].get("passed"))
+    return 0 if all(v is not False for v in verdicts) else 1
+
+
+def _exit_on_sigterm() -> Any:
+    """Turn SIGTERM (``timeout``'s signal) into SystemExit, so ``finally`` blocks close the GPU
+    workers and the results written so far stay. Returns the previous handler (None when not
+    on the main thread, where handlers cannot be set)."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    import signal
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m evokernel.bench",
+                                description="Measure the evaluation engine: throughput (cold, "
+                                            "warm, sequential), fidelity, faults.")
+    add_bench_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_do_bench"]:                   # the separate do_bench process
+        return do_bench_main(argv[1], argv[2])
+    args = build_parser().parse_args(argv)
+    logger.remove()
+    logger.add(sys.stderr, level="INFO",
+               format="<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> {message}")
+    try:
+        return cmd_bench(args)
+    except NoGPUError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except EvokernelError as e:
+        print(f"evokernel: {e}", file=sys.stderr)
+        return 2

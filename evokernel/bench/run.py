@@ -1,0 +1,212 @@
+"""Running the bench: the phases in order within the budget (:func:`run_bench`), and the GPU
+machine's dependencies (:func:`cuda_deps`)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from loguru import logger
+
+from evokernel.bench.deps import BenchDeps, _cache_dir, _Clock, fresh_dir
+from evokernel.bench.fidelity import _fidelity_phase, run_do_bench_process
+from evokernel.bench.plan import (FAULTS_TEST, BenchPlan, Variant, engine_build_workers,
+                                  estimate_wall_s, throughput_variants)
+from evokernel.bench.report import (_load_report, _write, faults_markdown, fidelity_markdown,
+                                    summary_table, throughput_markdown)
+from evokernel.bench.throughput import (PhaseStats, _earlier_phases, _sequential_phase,
+                                        _throughput_phase, throughput_targets)
+from evokernel.config import EvalConfig
+from evokernel.errors import ConfigError, NoGPUError
+from evokernel.records import Candidate
+
+NO_GPU_MESSAGE = (
+    "evokernel bench: measuring the evaluation engine needs a CUDA GPU, and PyTorch sees none "
+    "here.\n  It builds, gates and times kernels on the GPU (an H200 with 16 cores is what its "
+    "time estimate assumes).\n  Without a GPU: `evokernel bench --dry-run` prints the plan and "
+    "its time estimate;\n  `make test` runs the CPU tests (tests/test_bench.py covers the "
+    "bench's logic with fakes).")
+
+
+def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
+    """Run the plan's phases in order (cold, warm, fidelity, sequential, faults), adapting the
+    later ones to the budget, and write bench_*.json/.md under plan.results_dir after each.
+
+    Budget: estimates (CostModel) are scaled by how much slower than estimated the cold phase
+    was (``slowdown``, 0.5-3). warm, fidelity and faults are skipped when what is left is below
+    their estimate (x0.8 for fidelity and faults); the sequential phase measures candidates one
+    by one while the next one (its measured cost so far) still fits before the time reserved
+    for faults, at least one when ~80% of one candidate's estimate is left.
+    Returns: {"throughput", "fidelity", "faults": report dicts (None when none of a benchmark's
+        phases ran), "estimate": seconds per phase, "elapsed_s", "table": the summary table}.
+    Raises: ConfigError for a work folder it may not delete or a problem without a seed kernel;
+        ProblemError for an unknown problem. Candidates never raise (they get a verdict).
+    """
+    clock = _Clock(deps.now, plan.budget_s)
+    cost = deps.cost
+    est = estimate_wall_s(plan, cost, cores=deps.cores)
+    results_dir = Path(plan.results_dir)
+    cold_dir = Path(plan.work_dir) / "cold"
+    out: dict[str, Any] = {"throughput": None, "fidelity": None, "faults": None,
+                           "estimate": est}
+    variants: list[Variant] = []
+    if plan.measures_throughput:
+        sources = {}
+        for name, _ in plan.throughput:
+            seed = deps.load_problem(name).seed_source
+            if not seed:
+                raise ConfigError(f"throughput: problem {name} has no seed kernel to vary")
+            sources[name] = seed
+        variants = throughput_variants(plan.throughput, sources)
+    tp: dict[str, Any] = {
+        "plan": plan.to_dict(), "estimate_s": est, "cores": deps.cores,
+        "build_workers": engine_build_workers(plan, deps.cores),
+        "candidates": [{"problem": v.problem, "id": v.candidate.id, "label": v.label,
+                        "assignment": dict(v.assignment)} for v in variants],
+        "phases": {}, "targets": [], "skipped": []}
+    stats: dict[str, PhaseStats] = {}
+    slowdown = 1.0
+    for name, prev in _earlier_phases(results_dir, variants, plan.phases).items():
+        stats[name] = prev
+        tp["skipped"].append(f"{name}: not measured in this run; taken from the earlier "
+                             f"bench_throughput.json in {results_dir} (same candidates)")
+
+    def save_throughput() -> None:
+        tp["phases"] = {k: s.to_dict() for k, s in stats.items()}
+        tp["targets"] = [t.to_dict() for t in throughput_targets(stats)]
+        tp["elapsed_s"] = clock.elapsed()
+        _write(results_dir, "throughput", tp, throughput_markdown(tp))
+        out["throughput"] = tp
+
+    def skip_note(phase: str, need_s: float) -> str:
+        msg = (f"{phase}: skipped, ~{need_s:.0f} s needed and {clock.left():.0f} s of the "
+               f"{plan.budget_s:.0f} s budget left; run it alone with --phases {phase}")
+        logger.warning(msg)
+        return msg
+
+    if "cold" in plan.phases:
+        deps.prepare_cache(fresh_dir(cold_dir))
+        stats["cold"] = _throughput_phase("cold", plan, variants, cold_dir, deps, tp)
+        slowdown = min(3.0, max(0.5, clock.elapsed() / max(1.0, est["start"] + est["cold"])))
+        save_throughput()
+    else:
+        _cache_dir(cold_dir)
+    if "warm" in plan.phases:
+        if clock.left() >= est["warm"] * slowdown:
+            stats["warm"] = _throughput_phase("warm", plan, variants, cold_dir, deps, tp)
+        else:
+            tp["skipped"].append(skip_note("warm", est["warm"] * slowdown))
+        save_throughput()
+    if "fidelity" in plan.phases:
+        need = est["fidelity"] * slowdown
+        if clock.left() >= 0.8 * need:
+            deps.prepare_cache(cold_dir)
+            fid = _fidelity_phase(plan, cold_dir, deps, tp)
+            fid["skipped"] = []
+        else:
+            fid = {"runs": plan.fidelity_runs, "problems": [],
+                   "skipped": [skip_note("fidelity", need)]}
+        _write(results_dir, "fidelity", fid, fidelity_markdown(fid))
+        out["fidelity"] = fid
+    if "sequential" in plan.phases:
+        reserve = est.get("faults", 0.0) * slowdown
+        per = cost.sequential_s(deps.cores) * slowdown
+        n_fit = int(max(0.0, clock.left() - reserve - cost.setup_s) // max(1.0, per))
+        n = min(plan.sequential_n, max(1, n_fit))
+        if clock.left() >= 0.8 * (per + cost.setup_s):
+            seq_dir = fresh_dir(Path(plan.work_dir) / "sequential")
+            deps.prepare_cache(seq_dir)
+            logger.info("sequential: up to {} candidates ({:.0f} s left, {:.0f} s reserved "
+                        "for later phases)", n, clock.left(), reserve)
+            stats["sequential"] = _sequential_phase(plan, variants, n, seq_dir, clock,
+                                                    reserve, deps, tp)
+        else:
+            tp["skipped"].append(skip_note("sequential", per + cost.setup_s))
+        save_throughput()
+    faults: dict[str, Any] = {"test": FAULTS_TEST, "ran": False,
+                              "evidence": "results/h200-2026-11-30/gpu_faults.txt"}
+    earlier_faults = _load_report(results_dir, "faults")
+    if "faults" not in plan.phases and earlier_faults and earlier_faults.get("ran"):
+        faults = earlier_faults                     # keep an earlier call's run of the test
+    if "faults" in plan.phases:
+        if clock.left() >= 0.8 * est["faults"]:
+            t0 = deps.now()
+            log = results_dir / "bench_faults.txt"
+            results_dir.mkdir(parents=True, exist_ok=True)
+            got = deps.run_faults(log)
+            faults.update(ran=True, returncode=got.get("returncode"),
+                          passed=got.get("returncode") == 0, tail=got.get("tail", ""),
+                          wall_s=deps.now() - t0, log=str(log))
+        else:
+            faults["skipped"] = skip_note("faults", est["faults"])
+    _write(results_dir, "faults", faults, faults_markdown(faults))
+    out["faults"] = faults
+    out["elapsed_s"] = clock.elapsed()
+    # A bench split over calls into one results folder: the table shows every benchmark there.
+    out["table"] = summary_table(out["throughput"] or _load_report(results_dir, "throughput"),
+                                 out["fidelity"] or _load_report(results_dir, "fidelity"),
+                                 out["faults"])
+    (results_dir / "bench_summary.md").write_text(
+        f"# evokernel bench\n\nelapsed {out['elapsed_s']:.0f} s of a {plan.budget_s:.0f} s "
+        f"budget (estimate {est['total']:.0f} s)\n\n{out['table']}\n")
+    return out
+
+
+def _ensure_peaks(cache_dir: Path, *sources: Path) -> None:
+    """Give ``cache_dir`` this device's measured peaks: copied from ``sources`` (or the default
+    cache), else measured here once, so evaluators set up at once never measure them
+    concurrently (which would read low)."""
+    import torch
+
+    from evokernel import floor
+    from evokernel.config import default_cache_dir
+    name = torch.cuda.get_device_name(0)
+    dst = floor.peaks_path(cache_dir, name, torch.__version__)
+    if dst.exists():
+        return
+    for src_dir in (*sources, default_cache_dir()):
+        src = floor.peaks_path(src_dir, name, torch.__version__)
+        if src.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            return
+    floor.measure_peaks(torch.device("cuda", 0), cache_dir)
+
+
+def cuda_deps(plan: BenchPlan) -> BenchDeps:
+    """BenchDeps for this machine's GPUs (CudaEvaluator, Builder, a do_bench subprocess).
+    Raises: NoGPUError when no CUDA GPU is visible."""
+    import torch
+    if not torch.cuda.is_available():
+        raise NoGPUError(NO_GPU_MESSAGE)
+    from evokernel.build import Builder, device_arch
+    from evokernel.evaluator import CudaEvaluator
+    results_dir = Path(plan.results_dir)
+    cold = Path(plan.work_dir) / "cold"
+
+    def make_evaluator(problem: Any, config: EvalConfig) -> Any:
+        return CudaEvaluator(problem, config, log_dir=Path(config.cache_path) / "logs")
+
+    def prebuild(cands: Sequence[Candidate], config: EvalConfig) -> list[Any]:
+        with Builder(config.cache_path, arch=device_arch(), timeout_s=config.build_timeout_s,
+                     workers=config.build_workers) as b:
+            return b.build_many(cands)
+
+    def do_bench(spec: dict[str, Any]) -> dict[str, Any]:
+        return run_do_bench_process(dict(spec, arch=device_arch()), results_dir)
+
+    def run_faults(log: Path) -> dict[str, Any]:
+        if not Path(FAULTS_TEST).is_file():
+            return {"returncode": None, "tail": f"{FAULTS_TEST} not found from {os.getcwd()}"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", FAULTS_TEST,
+                               "-p", "no:cacheprovider"], capture_output=True, text=True,
+                              timeout=600)
+        text = proc.stdout + proc.stderr
+        log.write_text(text)
+        return {"returncode": proc.returncode, "tail": text[-1500:]}
+
+    return BenchDeps(make_evaluator=make_evaluator, prebuild=prebuild, do_bench=do_bench,
+                     prepare_cache=lambda d: _ensure_peaks(d, cold), run_faults=run_faults)
