@@ -1,4 +1,4 @@
-"""The ``evokernel`` command line.
+"""evokernel: evolve CUDA kernels that beat PyTorch, under a strict FP32 precision gate.
 
     evokernel run [PROBLEM]          search for faster kernels (default problem: softmax)
     evokernel check PROBLEM KERNEL   gate and time one kernel file
@@ -7,6 +7,7 @@
     evokernel report RUN_DIR         write a Markdown + HTML report with plots
     evokernel export RUN_DIR -o F    write the best kernel as a standalone candidate file
     evokernel suite PROBLEMS...      check or search a problem set; fast_p table
+    evokernel bench                  measure the evaluation engine itself
 
 Exit status: 0 success (check: accepted; export: a kernel was written), 1 a kernel was
 rejected or none was accepted, 2 bad input or machine.
@@ -357,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("problems", help="list and validate problem files")
     pr.add_argument("path", nargs="?", help="a problem file or folder (default: built-ins)")
     pr.set_defaults(func=cmd_problems)
+
+    from evokernel.bench import add_bench_arguments, cmd_bench
+    b = sub.add_parser("bench", help="measure the evaluation engine (throughput, fidelity, "
+                       "faults) on this machine's GPU")
+    add_bench_arguments(b)
+    b.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("show", help="summarize a run directory")
     s.add_argument("run_dir")
