@@ -9,7 +9,9 @@ One call shape for every provider (``litellm.completion(model="provider/name", .
 - a hard per-call timeout, enforced even when a provider ignores litellm's ``timeout=``;
 - token and cost accounting per call, reported through ``on_usage`` and summed in ``usage``;
 - a token / cost budget (``budget_exceeded()``; ``complete()`` refuses to send once over it);
-- a sqlite reply cache keyed by the request, so a re-run replays exactly with zero requests.
+- a sqlite reply cache keyed by the request, so a re-run replays exactly with zero requests;
+- single flight: a request made while the same request (same cache key) is in flight waits for
+  that one's reply instead of sending its own, so a live run gets what its replay will get.
 
 API keys come only from the provider's usual environment variables (OPENAI_API_KEY, ...). A local
 server goes through ``api_base``: ``hosted_vllm/<name>`` or ``ollama/<name>`` need no key;
@@ -25,7 +27,7 @@ import sqlite3
 import threading
 import time
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -59,6 +61,15 @@ class LLMReply:
     cost_usd: float
     cached: bool
     latency_s: float
+
+
+@dataclass
+class _Flight:
+    """A request in flight, which identical requests wait for (single flight)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: LLMReply | None = None
+    error: BaseException | None = None
 
 
 class _HardTimeout(Exception):
@@ -193,6 +204,7 @@ class LLMClient:
         self._lock = threading.Lock()
         self._jitter = random.Random()
         self._unpriced: set[str] = set()
+        self._in_flight: dict[str, _Flight] = {}
         self._totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
                                         "reasoning_tokens": 0, "cost_usd": 0.0,
                                         "cache_hits": 0, "errors": 0, "retries": 0}
@@ -229,7 +241,8 @@ class LLMClient:
         return random.Random(int(seed[:16], 16)).choices(names, weights=weights)[0]
 
     def complete(self, messages: list[dict], *, purpose: str, sample_index: int = 0) -> LLMReply:
-        """Send one chat completion (or replay it from the cache).
+        """Send one chat completion (or replay it from the cache, or wait for the same request
+        already in flight and take its reply, counted as a cache hit).
 
         Args:
             messages: OpenAI-style ``[{"role": ..., "content": ...}, ...]``.
@@ -249,15 +262,54 @@ class LLMClient:
         model = self.choose_model(messages, sample_index)
         key = request_key(model, messages, cfg.temperature, cfg.max_tokens, sample_index)
         start = time.perf_counter()
+        with self._lock:
+            flight = self._in_flight.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._in_flight[key] = _Flight()
+        if not leader:  # the same request is in flight: its reply is this one's, as in a replay
+            flight.done.wait()
+            if flight.reply is not None:
+                return self._replayed(flight.reply, purpose, sample_index, start)
+            error = flight.error
+            if isinstance(error, LLMError):
+                raise type(error)(str(error)) from error
+            raise LLMError(f"{purpose}: {model}: the identical request in flight failed: "
+                           f"{type(error).__name__}: {error}") from error
+        try:
+            flight.reply = self._complete(messages, model, key, purpose, sample_index, start)
+            return flight.reply
+        except BaseException as e:
+            flight.error = e
+            raise
+        finally:
+            with self._lock:
+                del self._in_flight[key]
+            flight.done.set()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _replayed(self, reply: LLMReply, purpose: str, sample_index: int,
+                  start: float) -> LLMReply:
+        """``reply`` as a cache hit: no tokens, no cost; counted and reported."""
+        reply = replace(reply, prompt_tokens=0, completion_tokens=0, reasoning_tokens=0,
+                        cost_usd=0.0, cached=True, latency_s=time.perf_counter() - start)
+        with self._lock:
+            self._totals["cache_hits"] += 1
+        self._report(reply, purpose, sample_index, attempts=0, error=None)
+        return reply
+
+    def _complete(self, messages: list[dict], model: str, key: str, purpose: str,
+                  sample_index: int, start: float) -> LLMReply:
+        """The cache, else the budget check and the request itself (``complete`` minus the
+        single flight)."""
+        cfg = self.config
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None:
             reply = LLMReply(text=hit["text"], model=hit["model"], prompt_tokens=0,
                              completion_tokens=0, reasoning_tokens=0, cost_usd=0.0, cached=True,
-                             latency_s=time.perf_counter() - start)
-            with self._lock:
-                self._totals["cache_hits"] += 1
-            self._report(reply, purpose, sample_index, attempts=0, error=None)
-            return reply
+                             latency_s=0.0)
+            return self._replayed(reply, purpose, sample_index, start)
         if self.budget_exceeded():
             raise BudgetExceeded(f"{purpose}: LLM budget spent ({self._budget_text()}); "
                                  "not sending")
@@ -285,8 +337,6 @@ class LLMClient:
             self.cache.put(key, reply)
         self._report(reply, purpose, sample_index, attempts=attempts[0], error=None)
         return reply
-
-    # -- internals ---------------------------------------------------------------------------
 
     def _budget_text(self) -> str:
         u = self.usage

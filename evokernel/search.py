@@ -4,14 +4,19 @@ Each generation: plan every operator call first (parents by tournament, operator
 crossover/mutation split), run all the calls concurrently (LLM calls are I/O-bound), evaluate the
 offspring as one batch, send failures to the repair operator, then keep the ``population_size``
 fastest correct kernels (DEAP ``selBest``) as the next parents. A hall of fame keeps the best
-kernels ever seen. The run store is written as each candidate finishes; a killed run resumes from
-its last complete generation and re-evaluates nothing (``Evolution.run(resume=True)``).
+kernels ever seen. With ``SearchConfig.islands`` > 1 each island is such a population; all
+islands' calls of a generation are made at once, and every ``migration_interval`` generations
+the best kernels move one island along a ring (evokernel.variation.migrate_ring).
+
+The run store is written as each candidate finishes; a killed run resumes from its last complete
+generation and re-evaluates nothing (``Evolution.run(resume=True)``). What resume needs is saved
+with each generation: the surviving population and the RNG state (with islands, the RNG state
+and every island's population, as ``{"rng": state, "islands": [[id, ...], ...]}``).
 """
 from __future__ import annotations
 
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -27,6 +32,7 @@ from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperat
 from evokernel.problem import Problem, load_problem
 from evokernel.records import Candidate, EvalResult, Reason
 from evokernel.store import RunStore
+from evokernel.variation import Plan, migrate_ring, plan, run_plans
 
 #: Rejections worth one LLM repair attempt (not hangs, crashes or cheats).
 REPAIRABLE = frozenset({
@@ -57,7 +63,8 @@ class Individual:
 
 @dataclass(frozen=True)
 class GenerationStats:
-    """What one generation produced. ``best_speedup`` is the best in the population so far."""
+    """What one generation produced. ``best_speedup`` is the best in the population so far.
+    ``population`` holds every island's survivors (each id once); ``islands`` each island's."""
 
     generation: int
     best_id: str | None
@@ -67,6 +74,7 @@ class GenerationStats:
     population: tuple[str, ...]
     tokens: int = 0
     cost_usd: float = 0.0
+    islands: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass
@@ -82,14 +90,6 @@ class RunResult:
     @property
     def best(self) -> tuple[Candidate, EvalResult] | None:
         return self.hall_of_fame[0] if self.hall_of_fame else None
-
-
-@dataclass(frozen=True)
-class _Plan:
-    operator: Any
-    parents: tuple[Candidate, ...]
-    seed: int
-    repair_of: EvalResult | None = None
 
 
 @dataclass
@@ -135,8 +135,6 @@ class Evolution:
             self.repair = Repair()
         if not self.mutations and not self.crossovers:
             raise ConfigError("Evolution needs at least one mutation or crossover operator")
-        self._fitness_key = (lambda r: r.compile_speedup) if \
-            self.config.evaluation.baseline == "compile" else (lambda r: r.speedup)
 
     # ---------------------------------------------------------------------------------------
     def run(self, resume: bool = False) -> RunResult:
@@ -156,6 +154,9 @@ class Evolution:
         else:
             store = RunStore.create(run_dir, cfg, problem)
         self._store = store
+        self._search = cfg.search        # a resumed run goes on with the config it started with
+        self._fitness_key = (lambda r: r.compile_speedup) if \
+            cfg.evaluation.baseline == "compile" else (lambda r: r.speedup)
         if self.llm is None and cfg.llm.model is not None:
             from evokernel.llm import LLMClient
             self.llm = LLMClient(cfg.llm, cache_path=run_dir / "llm_cache.sqlite",
@@ -184,16 +185,19 @@ class Evolution:
         done = store.generations()
         if done:
             last = done[-1]
-            population = [self._individual(self._candidates[i]) for i in last["population"]]
-            rng.setstate(_rng_state(last["rng_state"]))
+            state, island_ids = _saved_state(last["rng_state"], last["population"])
+            islands = [[self._individual(self._candidates[i]) for i in ids]
+                       for ids in island_ids]
+            rng.setstate(state)
             start = last["generation"] + 1
             hof.update([self._individual(c) for c in self._candidates.values()
                         if c.id in self._results])
             logger.info("resuming {} after generation {}", run_dir, last["generation"])
         else:
-            population = [self._individual(c) for c in self._evaluate(self._initial(problem))]
-            hof.update(population)
-            history.append(self._end_generation(0, population, population, rng))
+            initial = [self._individual(c) for c in self._evaluate(self._initial(problem))]
+            islands = [list(initial) for _ in range(sc.islands)]
+            hof.update(initial)
+            history.append(self._end_generation(0, islands, initial, rng))
             start = 1
         stopped = "completed"
         for gen in range(start, sc.generations + 1):
@@ -201,20 +205,30 @@ class Evolution:
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)
                 break
-            plans = self._plan(population, rng)
-            children = self._vary(plans, gen)
-            offspring = [self._individual(c) for c in self._evaluate(children)]
+            plans = [p for k, pop in enumerate(islands)
+                     for p in plan(pop, rng, sc.offspring_per_generation,
+                                   mutations=self.mutations or (),
+                                   crossovers=self.crossovers or (),
+                                   crossover_prob=sc.crossover_prob, island=k)]
+            offspring: list[list[Individual]] = [[] for _ in islands]
+            new = self._vary(plans, gen, offspring)
             for _ in range(sc.repair_attempts if self.repair else 0):
-                broken = [i.candidate for i in offspring
-                          if self._results[i.candidate.id].reason in REPAIRABLE]
-                if not broken:
+                # Each round repairs the previous round's children that failed fixably.
+                plans = [Plan(self.repair, (i.candidate,), rng.getrandbits(64),
+                              self._results[i.candidate.id], island=k)
+                         for k, batch in enumerate(new) for i in batch
+                         if self._results[i.candidate.id].reason in REPAIRABLE]
+                if not plans:
                     break
-                fixes = self._vary([_Plan(self.repair, (c,), rng.getrandbits(64),
-                                          self._results[c.id]) for c in broken], gen)
-                offspring += [self._individual(c) for c in self._evaluate(fixes)]
-            population = self._select(population + offspring, sc.population_size)
-            hof.update(offspring)
-            history.append(self._end_generation(gen, population, offspring, rng))
+                new = self._vary(plans, gen, offspring)
+            islands = [self._select(pop + kids, sc.population_size)
+                       for pop, kids in zip(islands, offspring)]
+            if sc.islands > 1 and gen % sc.migration_interval == 0:
+                islands = migrate_ring(islands, sc.migrants, sc.population_size,
+                                       lambda i: self._results[i.candidate.id].accepted)
+            everyone = [i for kids in offspring for i in kids]
+            hof.update(everyone)
+            history.append(self._end_generation(gen, islands, everyone, rng))
         best_path = store.export_best()
         fame = [(i.candidate, self._results[i.candidate.id]) for i in hof
                 if self._results[i.candidate.id].accepted]
@@ -234,7 +248,7 @@ class Evolution:
                               f"{problem.path.parent / 'seeds' / problem.path.name}) and no LLM "
                               "to write one: pass --seed KERNEL.py or --model provider/name")
         from evokernel.operators import SeedPort
-        ctx = self._context(0, random.Random(self.config.search.seed))
+        ctx = self._context(0, random.Random(self._search.seed))
         port = SeedPort()(problem, ctx)
         if not port:
             raise ConfigError(f"{problem.path}: the LLM wrote no first kernel")
@@ -253,23 +267,6 @@ class Evolution:
                 self._results[r.candidate_id] = r
         return unique
 
-    def _plan(self, population: list[Individual], rng: random.Random) -> list[_Plan]:
-        """All of a generation's operator calls, decided before any is made (DEAP's varOr
-        split: a crossover with probability cxpb, else a mutation)."""
-        sc = self.config.search
-        plans = []
-        for _ in range(sc.offspring_per_generation):
-            if self.crossovers and len(population) >= 2 and rng.random() < sc.crossover_prob:
-                a = _tournament(population, rng)
-                b = _tournament([i for i in population if i is not a], rng)
-                plans.append(_Plan(rng.choice(self.crossovers), (a.candidate, b.candidate),
-                                   rng.getrandbits(64)))
-            elif self.mutations:
-                parent = _tournament(population, rng)
-                plans.append(_Plan(rng.choice(self.mutations), (parent.candidate,),
-                                   rng.getrandbits(64)))
-        return plans
-
     def _context(self, gen: int, rng: random.Random) -> SearchContext:
         older = {cid: c for cid, c in self._candidates.items() if c.generation < gen}
         results = {cid: r for cid, r in self._results.items() if cid in older}
@@ -277,7 +274,7 @@ class Evolution:
                             speedup=self._fitness_key(results[cid]),
                             reason=results[cid].reason.value)
                     for cid, c in older.items() if cid in results and c.operator != "seed"]
-        sc = self.config.search
+        sc = self._search
         return SearchContext(problem=self.problem, generation=gen, rng=rng,  # type: ignore[arg-type]
                              llm=self.llm, results=results, history=attempts,
                              seen_ids=frozenset(older),
@@ -285,37 +282,28 @@ class Evolution:
                              ideas_per_call=sc.ideas_per_call,
                              implementations_per_idea=sc.implementations_per_idea)
 
-    def _vary(self, plans: list[_Plan], gen: int) -> list[Candidate]:
-        """Run the planned operator calls concurrently; children in plan order."""
-        def call(plan: _Plan) -> list[Candidate]:
-            ctx = self._context(gen, random.Random(plan.seed))
-            try:
-                if plan.repair_of is not None:
-                    return list(plan.operator(plan.parents[0], plan.repair_of, ctx))
-                return list(plan.operator(*plan.parents, ctx))
-            except Exception:  # a user operator's bug costs its children, not the run
-                logger.exception("operator {} failed", getattr(plan.operator, "name", "?"))
-                return []
-        if not plans:
-            return []
-        with ThreadPoolExecutor(max_workers=min(32, len(plans))) as pool:
-            batches = list(pool.map(call, plans))
+    def _vary(self, plans: list[Plan], gen: int,
+              offspring: list[list[Individual]]) -> list[list[Individual]]:
+        """Make the planned calls at once, evaluate all their children as one batch, and add
+        each child to its plan's island in ``offspring``. Returns the new children by island."""
         seen = {cid for cid, c in self._candidates.items() if c.generation < gen}
-        out: list[Candidate] = []
-        for batch in batches:
-            for c in batch:
-                if c.id not in seen:
-                    seen.add(c.id)
-                    out.append(c)
-        return out
+        batches = run_plans(plans, lambda p: self._context(gen, random.Random(p.seed)), seen)
+        self._evaluate([c for batch in batches for c in batch])
+        new: list[list[Individual]] = [[] for _ in offspring]
+        for p, batch in zip(plans, batches):
+            new[p.island] += [self._individual(c) for c in batch]
+        for kids, more in zip(offspring, new):
+            kids += more
+        return new
 
     def _select(self, individuals: list[Individual], mu: int) -> list[Individual]:
         unique = list({i.candidate.id: i for i in individuals}.values())
         valid = [i for i in unique if self._results[i.candidate.id].accepted]
         return tools.selBest(valid or unique, mu)
 
-    def _end_generation(self, gen: int, population: list[Individual],
+    def _end_generation(self, gen: int, islands: list[list[Individual]],
                         offspring: list[Individual], rng: random.Random) -> GenerationStats:
+        population = list({i.candidate.id: i for pop in islands for i in pop}.values())
         best = max(population, key=lambda i: i.fitness.values[0])
         valid = sum(self._results[i.candidate.id].accepted for i in offspring)
         usage = self.llm.usage if self.llm is not None else {}
@@ -324,21 +312,27 @@ class Evolution:
             valid=valid, total=len(offspring),
             population=tuple(i.candidate.id for i in population),
             tokens=int(usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)),
-            cost_usd=float(usage.get("cost_usd", 0.0)))
+            cost_usd=float(usage.get("cost_usd", 0.0)),
+            islands=tuple(tuple(i.candidate.id for i in pop) for pop in islands))
+        # One population: the plain RNG state (the original format). Islands: every island too.
+        state: Any = rng.getstate() if len(islands) == 1 else \
+            {"rng": rng.getstate(), "islands": [list(ids) for ids in stats.islands]}
         self._store.end_generation(gen, list(stats.population), stats.best_id,
-                                   stats.best_speedup, valid, len(offspring), rng.getstate())
+                                   stats.best_speedup, valid, len(offspring), state)
         if self.on_generation is not None:
             self.on_generation(stats)
         return stats
-
-
-def _tournament(population: Sequence[Individual], rng: random.Random, size: int = 2) -> Individual:
-    """Tournament selection with the run's own RNG (DEAP's selTournament uses the global one)."""
-    contestants = [rng.choice(population) for _ in range(size)]
-    return max(contestants, key=lambda i: i.fitness.values[0])
 
 
 def _rng_state(state: Any) -> tuple[Any, ...]:
     """random.Random state from its JSON form (lists back to tuples)."""
     version, internal, gauss = state
     return (version, tuple(internal), gauss)
+
+
+def _saved_state(state: Any, population: list[str]) -> tuple[tuple[Any, ...], list[list[str]]]:
+    """The RNG state and the islands' populations (ids) saved with a generation: a plain RNG
+    state with one population, or ``{"rng": state, "islands": [[id, ...], ...]}``."""
+    if isinstance(state, dict):
+        return _rng_state(state["rng"]), [list(ids) for ids in state["islands"]]
+    return _rng_state(state), [list(population)]

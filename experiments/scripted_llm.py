@@ -4,8 +4,9 @@ the LLM operators runs end to end with no provider and no network (CI and GPU dr
 The script reads the prompt the operators built and answers as a (mediocre) kernel engineer:
 - an ideas request gets k ideas as a JSON block;
 - an implementation, crossover or port request gets the kernel from the prompt with its
-  ``// tune:`` constants changed; one reply in four has a CUDA compile error, and one in six has
-  no code at all, so failures are exercised and recorded;
+  ``// tune:`` constants changed; one reply in four has a CUDA compile error (an ``#error`` line
+  at the start of the CUDA source), and one in six has no code at all, so failures are
+  exercised and recorded;
 - a repair request gets the rejected kernel with the injected compile error removed.
 Replies are a deterministic function of the prompt, so runs replay exactly.
 """
@@ -48,6 +49,17 @@ def _vary(source: str, h: int) -> str:
     return set_tunables(source, {t.name: choices[(h // 7) % len(choices)]})
 
 
+def _break(source: str) -> str:
+    """``source`` with the BROKEN line at the start of its CUDA code: right after the triple
+    quote that opens the string holding the first ``// tune:`` line (marked constants live in
+    the CUDA source; a module docstring before it is skipped), else after the first one."""
+    at = source.find("// tune:")
+    quote = source.rfind('"""', 0, at) if at >= 0 else source.find('"""')
+    if quote < 0:
+        return source
+    return source[:quote + 3] + "\n" + BROKEN + source[quote + 3:]
+
+
 def _answer(idea: str, source: str) -> str:
     return f"Idea: {idea}\n\n```python\n{source}```\n"
 
@@ -71,7 +83,7 @@ def scripted_reply(messages: list[dict]) -> str:
         return "I cannot write this kernel without a starting point."
     source = _vary(source, h)
     if h % 4 == 3:
-        source = source.replace('"""', '"""\n' + BROKEN, 1) if '"""' in source else source
+        source = _break(source)
     idea = next((line[2:] for line in prompt.splitlines() if line.startswith("> ")),
                 "merge the parents' tunables")
     return _answer(idea, source)

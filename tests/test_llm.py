@@ -215,6 +215,35 @@ def test_replay_cache_sends_zero_requests_on_a_second_run(tmp_path):
     assert second.usage["cache_hits"] == 3 and second.usage["calls"] == 0
 
 
+def test_identical_requests_in_flight_are_sent_once():
+    """Single flight: a live run gets what its replay will (one reply per cache key)."""
+    counter = iter(range(1000))
+    with FakeOpenAI(reply=lambda req: f"reply {next(counter)}", latency_s=0.3) as server:
+        records = []
+        client = client_for(server, records, max_concurrency=8)
+        with ThreadPoolExecutor(6) as pool:
+            replies = list(pool.map(lambda i: client.complete(MSG, purpose="p",
+                                                              sample_index=i % 2), range(6)))
+        assert server.count == 2
+    assert len({r.text for r in replies[0::2]}) == 1 and len({r.text for r in replies[1::2]}) == 1
+    assert replies[0].text != replies[1].text
+    assert sum(r.cached for r in replies) == 4 and sum(r.prompt_tokens > 0 for r in replies) == 2
+    assert client.usage["calls"] == 2 and client.usage["cache_hits"] == 4
+    assert sorted(rec["cached"] for rec in records) == [False] * 2 + [True] * 4
+
+
+def test_a_failed_request_in_flight_fails_its_twins_without_sending_them():
+    with FakeOpenAI(fail_first=100, fail_status=401, latency_s=0.3) as server:
+        client = client_for(server, max_retries=2)
+
+        def call(_):
+            with pytest.raises(LLMError):
+                client.complete(MSG, purpose="p")
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(call, range(4)))
+        assert server.count == 1
+
+
 def test_cache_key_ignores_api_base_but_not_sampling():
     k = request_key("m", MSG, 0.8, None, 0)
     assert k == request_key("m", MSG, 0.8, None, 0)

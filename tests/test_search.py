@@ -115,3 +115,99 @@ def test_failed_operator_does_not_stop_the_run(tmp_path):
     result = Evolution(problem(tmp_path), config(tmp_path), mutations=[Broken(), TuneMutation()],
                        evaluator=FakeEvaluator()).run()
     assert len(result.generations) == 4
+
+
+# -- islands ---------------------------------------------------------------------------------
+
+def island_config(tmp_path, name="islands", **search):
+    s = dict(islands=3, migration_interval=2, migrants=1, generations=4)
+    s.update(search)
+    return config(tmp_path, name, **s)
+
+
+def test_islands_evolve_apart_and_migrate_along_a_ring(tmp_path):
+    seen = []
+    ev = FakeEvaluator()
+    result = Evolution(problem(tmp_path), island_config(tmp_path), mutations=[TuneMutation()],
+                       evaluator=ev, on_generation=seen.append).run()
+    assert [len(g.islands) for g in seen] == [3] * 5
+    results = RunStore(result.run_dir).results()
+    for g in seen:
+        assert all(1 <= len(pop) <= 3 and len(set(pop)) == len(pop) for pop in g.islands)
+        assert all(results[i].accepted for pop in g.islands for i in pop)
+        assert set(g.population) == {i for pop in g.islands for i in pop}
+        assert g.best_speedup == max(results[i].speedup for i in g.population)
+    assert len(set(seen[1].islands)) > 1            # no migration yet: the islands differ
+    for g in (seen[2], seen[4]):                    # after a migration the best sits on >= 2
+        assert sum(g.best_id in pop for pop in g.islands) >= 2
+    assert len(ev.evaluated) == len(set(ev.evaluated))
+    assert sum(g.total for g in seen[1:]) > 3 * 4   # three islands' offspring per generation
+
+
+def test_islands_are_reproducible_and_one_island_is_the_plain_search(tmp_path):
+    def run(name, **s):
+        Evolution(problem(tmp_path), island_config(tmp_path, name, **s),
+                  mutations=[TuneMutation()], evaluator=FakeEvaluator()).run()
+        store = RunStore(tmp_path / name)
+        return list(store.candidates()), [g["rng_state"] for g in store.generations()]
+    assert run("a") == run("b")
+    one = run("one", islands=1)
+    plain = Evolution(problem(tmp_path), config(tmp_path, "plain", generations=4),
+                      mutations=[TuneMutation()], evaluator=FakeEvaluator()).run()
+    store = RunStore(plain.run_dir)
+    assert one == (list(store.candidates()), [g["rng_state"] for g in store.generations()])
+    assert isinstance(one[1][0], list)              # one population: the plain RNG state
+
+
+def test_islands_resume_after_kill_evaluates_nothing_twice_and_matches(tmp_path):
+    full = FakeEvaluator()
+    Evolution(problem(tmp_path), island_config(tmp_path, "full"), mutations=[TuneMutation()],
+              evaluator=full).run()
+    a = RunStore(tmp_path / "full").generations()
+    assert isinstance(a[-1]["rng_state"], dict) and len(a[-1]["rng_state"]["islands"]) == 3
+    for die_after in (2, 7, 13, 20):   # the tune space holds 24 kernels
+        name = f"killed{die_after}"
+        first = FakeEvaluator(die_after=die_after)
+        with pytest.raises(Interrupt):
+            Evolution(problem(tmp_path), island_config(tmp_path, name),
+                      mutations=[TuneMutation()], evaluator=first).run()
+        second = FakeEvaluator()
+        Evolution(problem(tmp_path), island_config(tmp_path, name), mutations=[TuneMutation()],
+                  evaluator=second).run(resume=True)
+        assert not set(first.evaluated) & set(second.evaluated)
+        assert sorted(first.evaluated + second.evaluated) == sorted(full.evaluated)
+        b = RunStore(tmp_path / name).generations()
+        assert [(g["population"], g["rng_state"]) for g in a] == \
+            [(g["population"], g["rng_state"]) for g in b]
+
+
+def test_migrate_ring_replaces_the_worst_with_the_previous_islands_best():
+    from types import SimpleNamespace
+
+    from evokernel.search import SpeedupFitness
+    from evokernel.variation import migrate_ring
+
+    def ind(name, speedup):
+        return SimpleNamespace(candidate=SimpleNamespace(id=name),
+                               fitness=SpeedupFitness((speedup,)))
+    a, b, c, d, e, z = (ind("a", 5), ind("b", 1), ind("c", 3), ind("d", 2), ind("e", 4),
+                        ind("z", 9))
+    islands = [[a, b], [c, d], [e, z]]
+    accepted = lambda i: i.candidate.id != "z"      # z was rejected: it never migrates
+    out = migrate_ring(islands, 1, 2, accepted)
+    names = [[i.candidate.id for i in pop] for pop in out]
+    assert names == [["a", "e"], ["c", "a"], ["z", "c"]]
+    assert [[i.candidate.id for i in pop] for pop in islands] == [["a", "b"], ["c", "d"],
+                                                                   ["e", "z"]]  # untouched
+    # a kernel already on the receiving island is not sent twice; small islands just grow
+    out = migrate_ring([[a], [a, c]], 1, 3, accepted)
+    assert [[i.candidate.id for i in pop] for pop in out] == [["a"], ["a", "c"]]
+    assert migrate_ring([[a], [c]], 0, 2, accepted) == [[a], [c]]
+
+
+@pytest.mark.parametrize("bad", [dict(islands=0), dict(migration_interval=0),
+                                 dict(migrants=5, population_size=4), dict(migrants=-1),
+                                 dict(ideas_per_call=0), dict(repair_attempts=-1)])
+def test_bad_island_and_branching_settings_are_config_errors(bad):
+    with pytest.raises(ConfigError):
+        SearchConfig(**bad)
