@@ -95,8 +95,9 @@ class IdeaMutation:
 
     The ideas call sees the problem, the parent's source and measured result
     (``ctx.results[parent.id]``), the ideas tried so far (``ctx.history``) and the GPU
-    (``ctx.device``). Implementation j of idea i is requested with ``sample_index = j``, so the
-    m samples are distinct cache entries.
+    (``ctx.device``). Implementation j of idea i is requested with ``sample_index = base + j``
+    (``base`` drawn from ``ctx.rng``), so the m samples are distinct cache entries, and the same
+    idea proposed again later for the same parent gets fresh implementations, not a replay.
 
     Args:
         k, m: ideas per call and implementations per idea; None takes ``ctx.ideas_per_call`` and
@@ -142,9 +143,12 @@ class IdeaMutation:
         m = self.m if self.m is not None else ctx.implementations_per_idea
         if k < 1 or m < 1:
             raise ValueError(f"{self.name}: k and m must be >= 1 (got k={k}, m={m})")
+        ideas = self.ideas(parent, ctx, k)
+        base = draw_sample_base(ctx)    # a repeated idea on the same parent gets fresh samples
         requests = [Request(messages=implement_prompt(ctx.problem.source, parent.source, idea),
-                            purpose="implement", sample_index=j, idea=idea, parents=(parent,))
-                    for idea in self.ideas(parent, ctx, k) for j in range(m)]
+                            purpose="implement", sample_index=base + j, idea=idea,
+                            parents=(parent,))
+                    for idea in ideas for j in range(m)]
         return write_children(requests, ctx, operator=self.name)
 
 

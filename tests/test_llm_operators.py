@@ -113,7 +113,9 @@ def test_idea_mutation_yields_k_times_m_children_with_lineage(problem, parent):
     assert all(extract_code(c.source) == c.source for c in children)
     assert sorted(r["purpose"] for r in records) == ["ideas"] + ["implement"] * 6
     impl = [r for r in records if r["purpose"] == "implement"]
-    assert sorted(r["sample_index"] for r in impl) == [0, 0, 0, 1, 1, 1]
+    indices = sorted(r["sample_index"] for r in impl)
+    assert indices[0] == indices[1] == indices[2] and indices[3] == indices[4] == indices[5]
+    assert indices[3] == indices[0] + 1          # implementation j of each idea: base + j
     # The ideas call is conditioned on the parent, its result, the history and the GPU.
     ideas_user = prompts[0][-1]["content"]
     for needle in (SEED.strip(), "speedup 2.5x", "200% of the physical floor", "tried-idea-xyz",
