@@ -77,7 +77,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = RunConfig(
             problem=str(args.problem), run_dir=args.run_dir,
             search=SearchConfig(population_size=args.population, generations=args.generations,
-                                offspring_per_generation=args.offspring, seed=args.seed),
+                                offspring_per_generation=args.offspring, seed=args.seed,
+                                islands=args.islands, migration_interval=args.migration_interval,
+                                migrants=args.migrants, ideas_per_call=args.ideas,
+                                implementations_per_idea=args.implementations),
             evaluation=_eval_config(args),
             llm=LLMConfig(model=args.model, api_base=args.api_base,
                           max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd))
@@ -297,7 +300,10 @@ def _suite_on_gpu(args: argparse.Namespace):
         _require_gpu()
         config = RunConfig(
             search=SearchConfig(population_size=args.population, generations=args.generations,
-                                offspring_per_generation=args.offspring, seed=args.seed),
+                                offspring_per_generation=args.offspring, seed=args.seed,
+                                islands=args.islands, migration_interval=args.migration_interval,
+                                migrants=args.migrants, ideas_per_call=args.ideas,
+                                implementations_per_idea=args.implementations),
             evaluation=_eval_config(args),
             llm=LLMConfig(model=args.model, api_base=args.api_base,
                           max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd))
@@ -330,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--vs-compile", action="store_true",
                         help="fitness = speedup over torch.compile instead of eager")
 
-    r = sub.add_parser("run", help="search for faster kernels")
+    r = sub.add_parser("run", help="search for faster kernels",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     r.add_argument("problem", nargs="?", default="softmax",
                    help="built-in name or KernelBench-format file (default: softmax)")
     r.add_argument("--model", help="litellm model, provider/name (e.g. openai/gpt-5, "
@@ -340,6 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--offspring", type=int, default=8, help="operator calls per generation")
     r.add_argument("--generations", type=int, default=3)
     r.add_argument("--seed", type=int, default=0, help="search RNG seed")
+    r.add_argument("--ideas", type=int, default=3, help="ideas per idea call (k)")
+    r.add_argument("--implementations", type=int, default=2,
+                   help="implementations written per idea (m)")
+    r.add_argument("--islands", type=int, default=1,
+                   help="populations evolving apart, with ring migration")
+    r.add_argument("--migration-interval", type=int, default=2,
+                   help="generations between migrations")
+    r.add_argument("--migrants", type=int, default=1,
+                   help="best kernels each island sends to the next")
     r.add_argument("--seed-kernel", help="seed kernel file (default: seeds/<problem>.py)")
     r.add_argument("--run-dir", help="run directory (default: runs/<problem>-<time>)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue a killed run")

@@ -208,6 +208,7 @@ class LLMClient:
         self._totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
                                         "reasoning_tokens": 0, "cost_usd": 0.0,
                                         "cache_hits": 0, "errors": 0, "retries": 0}
+        self.last_error: str | None = None
         for key in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd"):
             self._totals[key] += (spent or {}).get(key, 0)
 
@@ -228,6 +229,22 @@ class LLMClient:
             cost = self._totals["cost_usd"]
         return ((cfg.max_total_tokens is not None and tokens >= cfg.max_total_tokens)
                 or (cfg.max_cost_usd is not None and cost >= cfg.max_cost_usd))
+
+    def missing_credentials(self) -> list[str]:
+        """Environment variables litellm says the configured models need but that are unset
+        (e.g. ["OPENAI_API_KEY"]); [] with an ``api_base`` (local servers often need none),
+        with scripted replies, or when litellm cannot tell."""
+        if self.mock_response is not None or self.config.api_base:
+            return []
+        models = [m for m, _ in self.config.models] or [self.config.model]
+        missing: list[str] = []
+        for model in models:
+            try:
+                found = _litellm().validate_environment(model=model)
+            except Exception:  # an unknown provider: let the first call report it
+                continue
+            missing += [k for k in found.get("missing_keys", []) if k not in missing]
+        return missing
 
     def choose_model(self, messages: list[dict], sample_index: int = 0) -> str:
         """The model for this request: ``config.model``, or with an ensemble a weighted draw
@@ -321,6 +338,7 @@ class LLMClient:
             failed = LLMReply("", model, 0, 0, 0, 0.0, False, time.perf_counter() - start)
             with self._lock:
                 self._totals["errors"] += 1
+                self.last_error = error
             self._report(failed, purpose, sample_index, attempts=attempts[0], error=error)
             if isinstance(e, _HardTimeout):
                 error = f"no reply within timeout_s={cfg.timeout_s}"

@@ -25,7 +25,7 @@ from deap import base, tools
 from loguru import logger
 
 from evokernel.config import RunConfig
-from evokernel.errors import ConfigError
+from evokernel.errors import ConfigError, LLMError
 from evokernel.evaluator import Evaluator
 from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,
                                       SearchContext)
@@ -148,6 +148,14 @@ class Evolution:
         problem: Problem = self.problem  # type: ignore[assignment]
         cfg = self.config
         run_dir = Path(cfg.run_dir or f"runs/{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if self.llm is None and cfg.llm.model is not None and not resume:
+            from evokernel.llm import LLMClient
+            missing = LLMClient(cfg.llm).missing_credentials()
+            if missing:
+                raise ConfigError(f"{cfg.llm.model}: set {', '.join(missing)} (litellm reads the "
+                                  "provider's key from the environment), or pass --api-base for "
+                                  "a local server")
+        created = not run_dir.exists()
         if resume:
             store = RunStore(run_dir)
             cfg = store.config()
@@ -166,10 +174,17 @@ class Evolution:
         owns_evaluator = self.evaluator is None
         if self.evaluator is None:
             from evokernel.evaluator import CudaEvaluator
-            self.evaluator = CudaEvaluator(problem, cfg.evaluation)
-        store.set_meta("device", self.evaluator.info)
+            try:
+                self.evaluator = CudaEvaluator(problem, cfg.evaluation)
+            except BaseException:
+                _discard_if_empty(store, run_dir, created)
+                raise
         try:
+            store.set_meta("device", self.evaluator.info)
             return self._loop(problem, cfg, store, run_dir)
+        except BaseException:
+            _discard_if_empty(store, run_dir, created)
+            raise
         finally:
             if owns_evaluator:
                 self.evaluator.close()
@@ -211,7 +226,9 @@ class Evolution:
                                    crossovers=self.crossovers or (),
                                    crossover_prob=sc.crossover_prob, island=k)]
             offspring: list[list[Individual]] = [[] for _ in islands]
+            before = dict(self.llm.usage) if self.llm is not None else {}
             new = self._vary(plans, gen, offspring)
+            self._check_llm(before, gen)
             for _ in range(sc.repair_attempts if self.repair else 0):
                 # Each round repairs the previous round's children that failed fixably.
                 plans = [Plan(self.repair, (i.candidate,), rng.getrandbits(64),
@@ -246,7 +263,7 @@ class Evolution:
         if self.llm is None:
             raise ConfigError(f"{problem.path}: no seed kernel (expected "
                               f"{problem.path.parent / 'seeds' / problem.path.name}) and no LLM "
-                              "to write one: pass --seed KERNEL.py or --model provider/name")
+                              "to write one: pass --seed-kernel KERNEL.py or --model provider/name")
         from evokernel.operators import SeedPort
         ctx = self._context(0, random.Random(self._search.seed))
         port = SeedPort()(problem, ctx)
@@ -296,6 +313,23 @@ class Evolution:
             kids += more
         return new
 
+    def _check_llm(self, before: dict[str, Any], gen: int) -> None:
+        """Stop the run when every LLM call of this generation failed (a wrong key, a dead
+        endpoint): going on would quietly turn an LLM search into a tune-only one.
+
+        Raises: LLMError naming the last error; the store keeps everything for --resume.
+        """
+        if self.llm is None:
+            return
+        after = self.llm.usage
+        answered = (after.get("calls", 0) + after.get("cache_hits", 0)
+                    - before.get("calls", 0) - before.get("cache_hits", 0))
+        failed = after.get("errors", 0) - before.get("errors", 0)
+        if failed and not answered:
+            raise LLMError(f"generation {gen}: all {failed} LLM calls failed; last error: "
+                           f"{getattr(self.llm, 'last_error', None) or 'unknown'}. Fix the model "
+                           "or key, then continue with `evokernel run --resume RUN_DIR`")
+
     def _select(self, individuals: list[Individual], mu: int) -> list[Individual]:
         unique = list({i.candidate.id: i for i in individuals}.values())
         valid = [i for i in unique if self._results[i.candidate.id].accepted]
@@ -328,6 +362,23 @@ def _rng_state(state: Any) -> tuple[Any, ...]:
     """random.Random state from its JSON form (lists back to tuples)."""
     version, internal, gauss = state
     return (version, tuple(internal), gauss)
+
+
+def _discard_if_empty(store: RunStore, run_dir: Path, created: bool) -> None:
+    """Remove a run directory this run created when it failed before any candidate had a
+    verdict (no GPU, a problem that cannot be set up), so that the same command can be retried;
+    a run with results is kept for --resume."""
+    if not created or store.read_only:
+        return
+    try:
+        empty = not store.results()
+    except Exception:
+        return
+    if empty:
+        import shutil
+        store.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        logger.info("{}: removed (the run failed before evaluating anything)", run_dir)
 
 
 def _saved_state(state: Any, population: list[str]) -> tuple[tuple[Any, ...], list[list[str]]]:

@@ -9,6 +9,8 @@ children.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -77,6 +79,29 @@ def plan(population: Sequence[Scored], rng: random.Random, n: int, *,
     return plans
 
 
+def _children(out: object, name: str, p: Plan, ctx: SearchContext) -> list[Candidate]:
+    """An operator's return value as this generation's children: anything that is not a
+    Candidate is dropped with a warning, and a child made with ``Candidate(...)`` rather than
+    ``ctx.child(...)`` gets the call's lineage (operator, parents, generation)."""
+    if out is None:
+        return []
+    if isinstance(out, Candidate) or not isinstance(out, (list, tuple)):
+        out = [out]
+    kept = []
+    for c in out:
+        if not isinstance(c, Candidate):
+            logger.warning("operator {} returned a {} instead of a Candidate; dropped", name,
+                           type(c).__name__)
+            continue
+        if c.generation != ctx.generation or c.operator == "seed" or not c.parent_ids:
+            c = dataclasses.replace(
+                c, generation=ctx.generation,
+                operator=name if c.operator == "seed" else c.operator,
+                parent_ids=c.parent_ids or tuple(q.id for q in p.parents))
+        kept.append(c)
+    return kept
+
+
 def run_plans(plans: Sequence[Plan], context: Callable[[Plan], SearchContext],
               seen: set[str]) -> list[list[Candidate]]:
     """Make the planned operator calls concurrently.
@@ -91,13 +116,18 @@ def run_plans(plans: Sequence[Plan], context: Callable[[Plan], SearchContext],
     """
     def call(p: Plan) -> list[Candidate]:
         ctx = context(p)
+        name = getattr(p.operator, "name", type(p.operator).__name__)
         try:
             if p.repair_of is not None:
-                return list(p.operator(p.parents[0], p.repair_of, ctx))
-            return list(p.operator(*p.parents, ctx))
-        except Exception:
-            logger.exception("operator {} failed", getattr(p.operator, "name", "?"))
+                out = p.operator(p.parents[0], p.repair_of, ctx)
+            else:
+                out = p.operator(*p.parents, ctx)
+        except Exception as e:
+            logger.warning("operator {} failed ({}: {}); its children are lost, the run goes on",
+                           name, type(e).__name__, e)
+            logger.opt(exception=True).debug("operator {} traceback", name)
             return []
+        return _children(out, name, p, ctx)
     if not plans:
         return []
     with ThreadPoolExecutor(max_workers=min(MAX_CALLS_IN_FLIGHT, len(plans))) as pool:

@@ -1,5 +1,7 @@
 """The DEAP loop with a fake evaluator: selection, lineage, store, and resume after a kill."""
 
+import dataclasses
+
 import pytest
 
 from evokernel.config import RunConfig, SearchConfig
@@ -211,3 +213,45 @@ def test_migrate_ring_replaces_the_worst_with_the_previous_islands_best():
 def test_bad_island_and_branching_settings_are_config_errors(bad):
     with pytest.raises(ConfigError):
         SearchConfig(**bad)
+
+
+def test_operator_returning_garbage_is_dropped_and_lineage_is_filled(tmp_path):
+    from evokernel.records import Candidate
+
+    class Sloppy:
+        name = "sloppy"
+
+        def __call__(self, parent, ctx):
+            src = parent.source.replace("UNROLL = 1;", "UNROLL = 8;")
+            return ["hello", None, {"a": 1}, Candidate(source=src)]   # no ctx.child(...)
+    result = Evolution(problem(tmp_path), config(tmp_path, generations=1), mutations=[Sloppy()],
+                       evaluator=FakeEvaluator()).run()
+    cands = RunStore(result.run_dir).candidates()
+    (child,) = [c for c in cands.values() if c.generation == 1]
+    assert child.operator == "sloppy" and child.parent_ids and child.generation == 1
+
+
+def test_failed_start_leaves_no_run_directory(tmp_path):
+    class Broken(FakeEvaluator):
+        def evaluate(self, candidates, on_result=None):
+            raise RuntimeError("GPU worker could not set up the problem")
+    cfg = config(tmp_path, "fails")
+    with pytest.raises(RuntimeError):
+        Evolution(problem(tmp_path), cfg, evaluator=Broken()).run()
+    assert not (tmp_path / "fails").exists()
+    Evolution(problem(tmp_path), cfg, evaluator=FakeEvaluator()).run()   # the retry works
+
+
+def test_every_llm_call_failing_stops_the_run(tmp_path):
+    from evokernel.config import LLMConfig
+    from evokernel.errors import LLMError
+    from evokernel.llm import LLMClient
+    from fake_openai import FakeOpenAI
+    with FakeOpenAI(lambda req: "never", fail_first=10**6, fail_status=401,
+                    fail_message="invalid api key") as server:
+        llm_cfg = LLMConfig(model="openai/fake", api_base=server.api_base, max_retries=0)
+        cfg = dataclasses.replace(config(tmp_path, generations=2), llm=llm_cfg)
+        llm = LLMClient(llm_cfg, backoff_initial_s=0.0, backoff_max_s=0.0)
+        with pytest.raises(LLMError, match="generation 1: all .* LLM calls failed"):
+            Evolution(problem(tmp_path), cfg, llm=llm, evaluator=FakeEvaluator()).run()
+    assert RunStore(tmp_path / "run").generations()[0]["generation"] == 0   # kept for resume
