@@ -4,23 +4,22 @@ Device-agnostic: the same code runs on CPU tensors (tests) and in a GPU worker. 
 has already imported the problem module, does::
 
     ref = GateReference.build(module, config.gate, "cuda", declared=problem.distributions)
-    model_new = ref.new_candidate(candidate_module.ModelNew)   # or align_parameters(...)
-    outcome = gate_candidate(ref, model_new, source=candidate.source)
+    model_new, gate_ref = ref.prepare_candidate(candidate_module.ModelNew)
+    outcome = gate_candidate(gate_ref, model_new, source=candidate.source)
     result = outcome.to_eval_result(candidate.id)
 
 The reference (``Model`` in strict FP32), its float64 truth, and every input set are computed once
 per problem and reused for every candidate; a candidate always runs on fresh clones. The maths
-and thresholds live in evokernel.gate_math; the source scan in evokernel.scan.
+and thresholds live in evokernel.gate_math; running candidate code (strict FP32, poisoned free
+memory, launch checks, profiling) in evokernel.gate_run; the source scan in evokernel.scan.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import math
-import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from loguru import logger
@@ -29,65 +28,16 @@ from evokernel import gate_math as gm
 from evokernel.config import GateConfig
 from evokernel.distributions import draw_inputs
 from evokernel.errors import ProblemError
+from evokernel.gate_run import is_strict_fp32, run_candidate, strict_fp32  # noqa: F401
 from evokernel.records import ErrorCheck, EvalResult, Reason, Verdict
 from evokernel.scan import scan_source
 
+#: Source-scan families that mean a lower-precision format is used somewhere (evokernel.scan).
+LP_SCAN_FAMILIES = ("fp16", "bf16", "fp8", "tf32", "autocast", "mathmode")
 
-# torch >= 2.9 keeps TF32 state per (backend, op) ("ieee" / "tf32" / "none" = inherit), behind the
-# legacy flags; mixing the two APIs can make torch.get_float32_matmul_precision() raise, so the
-# state is saved and restored per (backend, op) when that API exists.
-_PRECISION_OPS = tuple((b, o) for b in ("generic", "cuda", "mkldnn")
-                       for o in ("all", "matmul", "conv", "rnn"))
-
-
-def _save_precision() -> tuple:
-    legacy = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    per_op: dict[tuple[str, str], str] = {}
-    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
-    for backend, op in _PRECISION_OPS if getter else ():
-        try:
-            per_op[(backend, op)] = getter(backend, op)
-        except (RuntimeError, ValueError, TypeError):
-            pass
-    return legacy, per_op, None if per_op else torch.get_float32_matmul_precision()
-
-
-def _restore_precision(saved: tuple) -> None:
-    (cublas, cudnn), per_op, precision = saved
-    if precision is not None:
-        torch.set_float32_matmul_precision(precision)
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = cublas, cudnn
-    setter = getattr(torch._C, "_set_fp32_precision_setter", None)
-    for (backend, op), value in per_op.items():
-        try:
-            setter(backend, op, value)
-        except (RuntimeError, ValueError, TypeError):
-            pass
-
-
-@contextmanager
-def strict_fp32() -> Iterator[None]:
-    """Strict FP32 for the body: TF32 off for cuBLAS matmul and cuDNN, float32 matmul precision
-    "highest". The previous settings are restored on exit, also when the body raises. (FP16/BF16
-    reduced-precision-reduction switches are left alone: they do not affect FP32 work.)"""
-    saved = _save_precision()
-    try:
-        torch.set_float32_matmul_precision("highest")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        yield
-    finally:
-        _restore_precision(saved)
-
-
-def is_strict_fp32() -> bool:
-    """True when TF32 is off everywhere strict_fp32() turns it off."""
-    if torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32:
-        return False
-    try:
-        return torch.get_float32_matmul_precision() == "highest"
-    except RuntimeError:   # mixed legacy/new settings: something switched a backend to TF32
-        return False
+#: Relative spread of the values given to constant parameters (perturb_constant_parameters).
+PERTURB_SPREAD = 0.1
+_PERTURB_SEED = 20261130
 
 
 def align_parameters(model: torch.nn.Module, model_new: torch.nn.Module) -> bool:
@@ -101,6 +51,32 @@ def align_parameters(model: torch.nn.Module, model_new: torch.nn.Module) -> bool
         return False
     model_new.load_state_dict(sd)
     return True
+
+
+def perturb_constant_parameters(model: torch.nn.Module, spread: float = PERTURB_SPREAD,
+                                seed: int = _PERTURB_SEED) -> tuple[str, ...]:
+    """Give every floating-point parameter of ``model`` whose elements are all equal (and that
+    has more than one) random values around that constant, in place: ``c + spread * s * z``
+    with z ~ N(0, 1) from a generator seeded with ``seed`` and the parameter's name (so every
+    worker draws the same values), s = |c|, or 1 when c = 0. LayerNorm's weight = 1 and
+    bias = 0 become 1 + 0.1 z and 0.1 z, so a kernel that skips the affine step is wrong.
+    Buffers (BatchNorm running statistics, masks) are left alone.
+    Returns: the names of the parameters changed, in order.
+    """
+    changed = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not p.is_floating_point() or p.numel() < 2:
+                continue
+            flat = p.detach().reshape(-1)
+            if not bool((flat == flat[0]).all()):
+                continue
+            c = float(flat[0])
+            g = torch.Generator().manual_seed(seed + sum(name.encode()))
+            z = torch.randn(tuple(p.shape), generator=g, dtype=torch.float64)
+            p.copy_((c + spread * (abs(c) if c else 1.0) * z).to(p.dtype))
+            changed.append(name)
+    return tuple(changed)
 
 
 @dataclass(frozen=True)
@@ -131,12 +107,15 @@ class GateReference:
     def __init__(self, module: Any, config: GateConfig, device: torch.device,
                  model: torch.nn.Module, init_inputs: list, sets: tuple[GateSet, ...],
                  skipped: tuple[tuple[str, str], ...], multi_output: bool,
-                 device_out: torch.device):
+                 device_out: torch.device, declared: tuple[str, ...] | None = None,
+                 perturbed: tuple[str, ...] = ()):
         self.module, self.config, self.device = module, config, device
         self.model, self.init_inputs = model, init_inputs
         self.sets, self.skipped = sets, skipped
         self.multi_output, self.output_device = multi_output, device_out
+        self.declared, self.perturbed = declared, perturbed
         self._lp_cache: dict[tuple[int, str], tuple[torch.Tensor, ...] | None] = {}
+        self._unperturbed: GateReference | None = None
 
     @classmethod
     def build(cls, module: Any, config: GateConfig, device: str | torch.device,
@@ -144,6 +123,8 @@ class GateReference:
         """Construct ``Model(*get_init_inputs())`` under ``torch.manual_seed(0)`` on ``device``
         and, for each distribution (config's, narrowed to ``declared`` when given, "problem"
         first) and each seed, draw inputs, the float64 truth and PyTorch's own strict-FP32 error.
+        With ``config.perturb_constant_parameters`` the model's constant parameters get random
+        values first (perturb_constant_parameters; their names in ``.perturbed``).
 
         A set on which the truth or PyTorch's FP32 output is non-finite is skipped and recorded
         in ``.skipped`` as ("<distribution> seed <seed>", why) pairs (``dict()``-able).
@@ -162,6 +143,10 @@ class GateReference:
         init_inputs = list(module.get_init_inputs())
         torch.manual_seed(0)
         model = module.Model(*init_inputs).to(device)
+        perturbed = (perturb_constant_parameters(model) if config.perturb_constant_parameters
+                     else ())
+        if perturbed:
+            logger.info("gate: constant parameters given random values: {}", perturbed)
         model64 = copy.deepcopy(model).double()
         sets, skipped, multi, out_device = [], [], False, device
         for name in names:
@@ -190,7 +175,7 @@ class GateReference:
             raise ProblemError(f"{getattr(module, '__file__', module)}: the reference is "
                                f"non-finite on every input set ({dict(skipped)})")
         return cls(module, config, device, model, init_inputs, tuple(sets), tuple(skipped),
-                   multi, out_device)
+                   multi, out_device, declared, perturbed)
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -213,6 +198,32 @@ class GateReference:
         model_new = model_new_cls(*self.init_inputs).to(self.device)
         align_parameters(self.model, model_new)
         return model_new
+
+    def prepare_candidate(self, model_new_cls: Callable[..., torch.nn.Module]
+                          ) -> tuple[torch.nn.Module, "GateReference"]:
+        """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, and the
+        reference to judge it against: this one when the state_dicts match (the reference's
+        weights, perturbed ones included, are loaded into it) or nothing was perturbed; else
+        the unperturbed reference (built on first use, then cached), since such a candidate
+        keeps its own, constant, parameters.
+        Raises: whatever ModelNew(...) raises."""
+        torch.manual_seed(0)
+        model_new = model_new_cls(*self.init_inputs).to(self.device)
+        if align_parameters(self.model, model_new) or not self.perturbed:
+            return model_new, self
+        logger.info("gate: ModelNew's parameters do not match the reference's; judging it "
+                    "against the unperturbed reference")
+        return model_new, self.unperturbed()
+
+    def unperturbed(self) -> "GateReference":
+        """This problem's reference without perturbed parameters (self when none were)."""
+        if not self.perturbed:
+            return self
+        if self._unperturbed is None:
+            config = dataclasses.replace(self.config, perturb_constant_parameters=False)
+            self._unperturbed = GateReference.build(self.module, config, self.device,
+                                                    self.declared)
+        return self._unperturbed
 
     def lower_precision_truths(self, index: int, fmt: str) -> tuple[torch.Tensor, ...] | None:
         """Float64 truth of set ``index`` with every FP32 input, parameter and buffer first
@@ -283,14 +294,17 @@ def gate_candidate(ref: GateReference, model_new: torch.nn.Module,
     """Run ``model_new`` on fresh clones of every cached input set and judge it.
 
     Per set, in this order of precedence: the candidate raised (RUNTIME_ERROR, OUT_OF_MEMORY,
-    CUDA_FAULT; the caller must discard a worker after CUDA_FAULT), switched TF32 on
-    (LOWER_PRECISION), modified its inputs (INPUT_MUTATION), returned something other than plain
-    dense tensors (LAZY_OUTPUT, SHAPE_MISMATCH, DTYPE_MISMATCH), returned the previous call's
-    buffer (RESULT_REUSE), NaN/Inf (NON_FINITE), a constant (CONSTANT_OUTPUT), or the output of an
-    earlier set (CACHED_OUTPUT). Then both error ratios must be <= ``tolerance_factor``; the
-    first set where they are not ends the gate with its cause named (_Judge.classify). Sets run
-    in order, "problem" first. A candidate that passes every set is re-run on the first
-    (NONDETERMINISTIC if the re-run fails the same test). Never raises for a bad candidate.
+    CUDA_FAULT; the caller must discard a worker after CUDA_FAULT), left a failed launch
+    unchecked (SILENT_FAILURE), switched TF32 on (LOWER_PRECISION), modified its inputs
+    (INPUT_MUTATION), returned something other than plain dense tensors (LAZY_OUTPUT,
+    SHAPE_MISMATCH, DTYPE_MISMATCH), returned the previous call's buffer or an output it never
+    wrote (RESULT_REUSE: every element still holds the gate's poison), wrote only part of it
+    (PARTIAL_OUTPUT: some elements hold the poison), NaN/Inf (NON_FINITE), a constant
+    (CONSTANT_OUTPUT), or the output of an earlier set (CACHED_OUTPUT). Then both error ratios
+    must be <= ``tolerance_factor``; the first set where they are not ends the gate with its
+    cause named (_Judge.classify). Sets run in order, "problem" first. A candidate that passes
+    every set is re-run on the first (NONDETERMINISTIC if the re-run fails the same test).
+    Never raises for a bad candidate.
     """
     judge = _Judge(ref, ref.config.tolerance_factor, scan_source(source) if source else ())
     accumulation = False
@@ -337,6 +351,8 @@ class _Judge:
         self.first: tuple[torch.Tensor, ...] | None = None
         self.lp: tuple[str, str, int] | None = None   # (format, text, set index) once found
         self.lp_tried = False
+        self.partial: dict[int, str] = {}              # set index -> partial-output finding
+        self.scan_lp = tuple(f for f in scan if f.split(":")[0] in LP_SCAN_FAMILIES)
 
     def outcome(self, passed: bool, reason: Reason, what: str, check: ErrorCheck | None = None,
                 where: tuple[str, int] | None = None, ratios: tuple[float | None, ...] = (None,
@@ -356,7 +372,7 @@ class _Judge:
         that ends the gate at once (everything except an error ratio over the factor)."""
         gs = self.ref.sets[index]
         where = (gs.distribution, gs.seed)
-        run = _run_candidate(model_new, gs.inputs, self.ref.device,
+        run = run_candidate(model_new, gs.inputs, self.ref.device,
                              [t.numel() * dt.itemsize for t, dt in zip(gs.truths, gs.dtypes)])
         if run.error is not None:
             return self.outcome(False, run.error[0], run.error[1], where=where, log=run.log)
@@ -383,11 +399,23 @@ class _Judge:
             return self.outcome(False, Reason.RESULT_REUSE, "the output is the previous call's "
                                 "output buffer, overwritten in place", where=where, ratios=ratios)
         self.previous = outs
+        unwritten = [gm.count_poison(o) for o in outs]
+        total = sum(o.numel() for o in outs)
+        if sum(unwritten) and sum(unwritten) == total:
+            return self.outcome(False, Reason.RESULT_REUSE, "the output was never written: it "
+                                "holds the pattern the gate wrote into freed memory before the "
+                                "call (an output that relies on stale memory, e.g. a freed "
+                                "reference output)", where=where, ratios=ratios)
+        if sum(unwritten):
+            return self.outcome(False, Reason.PARTIAL_OUTPUT, f"{sum(unwritten)} of {total} output "
+                                "elements were never written (they hold the gate's poison "
+                                "pattern)", where=where, ratios=ratios)
         bad = sum(int((~torch.isfinite(o)).sum()) for o in outs)
         if bad:
+            note = self._problem_note(gs)
             return self.outcome(False, Reason.NON_FINITE, f"{bad} NaN/Inf output elements where "
-                                "the truth is finite" + self._problem_note(gs), where=where,
-                                ratios=ratios)
+                                "the truth is finite" + note, where=where, ratios=ratios,
+                                extra_flags=(f"unstable:{gs.distribution}",) if note else ())
         if any(o.numel() > 1 and not s.constant and bool((o == o.reshape(-1)[0]).all())
                for o, s in zip(outs, gs.stats)):
             return self.outcome(False, Reason.CONSTANT_OUTPUT, "constant output where the truth "
@@ -403,10 +431,23 @@ class _Judge:
         self.checks.append(check)
         if index == 0:
             self.first = tuple(o.detach().clone() for o in outs)
-        if not check.passed and not self.lp_tried:
-            self.lp_tried = True
-            self.lp = self._lower_precision(index, outs)
+        if not check.passed:
+            found = self._partial(gs, outs)
+            if found:
+                self.partial[index] = found
+            elif not self.lp_tried:
+                self.lp_tried = True
+                self.lp = self._lower_precision(index, outs)
         return None
+
+    def _partial(self, gs: GateSet, outs: tuple[torch.Tensor, ...]) -> str:
+        """gate_math.partial_output on each output, with the gate's element-wise bound."""
+        for o, t, s, (_, rm) in zip(outs, gs.truths, gs.stats, gs.reference_errors):
+            tol = self.factor * max(rm, gm.unit_roundoff(o.dtype) * s.max_abs)
+            found = gm.partial_output(o, t, tol)
+            if found:
+                return found
+        return ""
 
     def _check(self, gs: GateSet, outs: tuple[torch.Tensor, ...]) -> ErrorCheck:
         """The ErrorCheck of ``outs`` on ``gs``: the output with the worst ratio speaks."""
@@ -444,21 +485,38 @@ class _Judge:
             self.ok(c) for c in ok) and gs.distribution != "problem" else "")
 
     def ok(self, check: ErrorCheck) -> bool:
-        """Within tolerance, or within ACCUMULATION_BOUND under accumulation_error="accept"."""
+        """Within tolerance, or within ACCUMULATION_BOUND under accumulation_error="accept" (for a
+        candidate with no lower-precision match and no lower-precision format in its source)."""
         return check.passed or (self.ref.config.accumulation_error == "accept" and self.lp is None
+                                and not self.scan_lp and not self.partial
                                 and max(check.norm_ratio, check.max_ratio)
                                 <= gm.ACCUMULATION_BOUND)
 
     def classify(self, check: ErrorCheck) -> GateOutcome:
-        """Name the cause of ``check``'s ratio failure, in this order: LOWER_PRECISION (it
-        matched a rounded-input truth, gate_math.lower_precision_match); UNSTABLE_DISTRIBUTION
-        (a distribution other than "problem", after every "problem" set passed); else
+        """Name the cause of ``check``'s ratio failure, in this order: PARTIAL_OUTPUT (right on
+        some slices, wholly wrong on others, gate_math.partial_output); LOWER_PRECISION (it
+        matched a rounded-input truth, gate_math.lower_precision_match; or, with no match, the
+        source scan found a lower-precision format: a partial lowering such as one operand in
+        FP16, or an FP16 hi/lo split that loses FP16's range); UNSTABLE_DISTRIBUTION (a
+        distribution other than "problem", after every "problem" set passed); else
         ACCUMULATION_ERROR when both ratios <= gate_math.ACCUMULATION_BOUND (a passing outcome
         under accumulation_error="accept"), WRONG_FUNCTION beyond it."""
+        index = next((i for i, s in enumerate(self.ref.sets)
+                      if (s.distribution, s.seed) == (check.distribution, check.seed)), None)
+        if index in self.partial:
+            return self.outcome(False, Reason.PARTIAL_OUTPUT, self.partial[index], check,
+                                extra_flags=("partial_output",))
         if self.lp is not None:
             fmt, text, _ = self.lp
             return self.outcome(False, Reason.LOWER_PRECISION, text, check,
                                 extra_flags=(f"lower_precision:{fmt}",))
+        if self.scan_lp:
+            fmts = ", ".join(self.scan_lp)
+            return self.outcome(False, Reason.LOWER_PRECISION, "no rounded-input truth matches, "
+                                f"but the source uses lower-precision formats ({fmts}): precision "
+                                "is lowered in part of the computation (one operand, an "
+                                "intermediate, or an FP16 hi/lo split that loses FP16's range)",
+                                check, extra_flags=("lower_precision:scan",))
         problem = [c for c in self.checks if c.distribution == "problem"]
         if check.distribution != "problem" and problem and all(self.ok(c) for c in problem):
             best = max(problem, key=lambda c: max(c.norm_ratio, c.max_ratio))
@@ -502,71 +560,6 @@ class _Judge:
                             f"fails ({why})", where=(gs.distribution, gs.seed), ratios=ratios)
 
 
-@dataclass(frozen=True)
-class _Run:
-    """One candidate call: its raw return, outputs as a tuple, the input clones it got."""
-
-    raw: Any = None
-    outputs: tuple = ()
-    inputs: tuple = ()
-    error: tuple[Reason, str] | None = None
-    log: str = ""
-    tf32_switched: bool = False
-
-
-def _run_candidate(model_new: torch.nn.Module, inputs: tuple[Any, ...], device: torch.device,
-                   out_nbytes: list[int]) -> _Run:
-    """Call ``model_new`` on fresh clones of ``inputs`` under strict_fp32 and no_grad, after
-    poisoning free allocator memory with NaN (CUDA), then synchronize the whole device so work
-    on side streams has finished. Exceptions become a reason (never raised)."""
-    clones = gm.map_tensors(inputs, lambda t: t.clone())
-    try:
-        _poison_free_memory(device, out_nbytes)
-        with strict_fp32(), torch.no_grad():
-            raw = model_new(*clones)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            switched = not is_strict_fp32()
-    except Exception as e:  # noqa: BLE001 -- any failure of candidate code is data
-        return _Run(error=(_exception_reason(e), f"{type(e).__name__}: {str(e)[:500]}"),
-                    log=_traceback_tail(e))
-    outs = tuple(raw) if isinstance(raw, (tuple, list)) else (raw,)
-    return _Run(raw, outs, clones, None, "", switched)
-
-
-def _poison_free_memory(device: torch.device, out_nbytes: list[int]) -> None:
-    """CUDA only: allocate blocks the size of each output (4 each, so best-fit reuse of any
-    same-size cached block is covered) and one large block (4x all outputs, at least 64 MiB,
-    at most a quarter of the device), fill them with NaN, free them. An output the candidate
-    allocates but never writes (torch::empty) then reads as NaN, not as stale correct values."""
-    if device.type != "cuda":
-        return
-    cap = torch.cuda.get_device_properties(device).total_memory // 4
-    sizes = [n for n in out_nbytes for _ in range(4)] + [max(64 << 20, 4 * sum(out_nbytes))]
-    blocks = []
-    try:
-        for n in sizes:
-            blocks.append(torch.full((max(1, min(n, cap) // 4),), math.nan, device=device))
-    except torch.cuda.OutOfMemoryError:
-        pass
-    del blocks
-    torch.cuda.synchronize(device)
-
-
-def _exception_reason(e: BaseException) -> Reason:
-    oom = tuple(c for c in (getattr(torch, "OutOfMemoryError", None),
-                            getattr(torch.cuda, "OutOfMemoryError", None)) if c)
-    if oom and isinstance(e, oom):
-        return Reason.OUT_OF_MEMORY
-    accel = getattr(torch, "AcceleratorError", None)
-    msg = str(e)
-    if (accel is not None and isinstance(e, accel)) or any(s in msg for s in (
-            "CUDA error", "illegal memory access", "device-side assert", "cudaError",
-            "unspecified launch failure")):
-        return Reason.CUDA_FAULT
-    return Reason.RUNTIME_ERROR
-
-
 def _as_outputs(raw: Any, module: Any) -> tuple[torch.Tensor, ...]:
     outs = (raw,) if isinstance(raw, torch.Tensor) else tuple(raw) if isinstance(
         raw, (tuple, list)) else None
@@ -594,8 +587,3 @@ def _run_fp64(model64: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
             cpu = copy.deepcopy(model64).cpu()
             out = cpu(*gm.map_tensors(inputs, lambda t: gm.upcast(t).cpu()))
             return gm.map_tensors(out, lambda t: t.to(device))
-
-
-def _traceback_tail(e: BaseException, limit: int = 4000) -> str:
-    """The last ``limit`` characters of ``e``'s formatted traceback."""
-    return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-limit:]

@@ -74,12 +74,14 @@ class Reason(str, Enum):
     CUDA_FAULT = "cuda_fault"                # sticky CUDA error (illegal address, ...)
     WORKER_CRASH = "worker_crash"            # the worker process died (segfault, abort)
     OUT_OF_MEMORY = "out_of_memory"
+    SILENT_FAILURE = "silent_failure"        # a launch failed unchecked and forward returned
     # Output form.
     SHAPE_MISMATCH = "shape_mismatch"
     DTYPE_MISMATCH = "dtype_mismatch"
     LAZY_OUTPUT = "lazy_output"              # not a plain dense torch.Tensor with real storage
     NON_FINITE = "non_finite"                # NaN/Inf where the truth is finite
     CONSTANT_OUTPUT = "constant_output"      # constant where the truth is not
+    PARTIAL_OUTPUT = "partial_output"        # right on some slices, unwritten or wrong on others
     # Precision (see evokernel.gate).
     LOWER_PRECISION = "lower_precision"      # output matches a TF32/FP16/BF16-input truth
     ACCUMULATION_ERROR = "accumulation_error"

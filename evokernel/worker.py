@@ -40,11 +40,16 @@ def classify_exception(exc: BaseException) -> tuple[Reason, bool]:
     """Map an exception raised by candidate code to (reason, fatal).
 
     fatal is True for sticky CUDA errors, after which this process must not run anything else.
+    A launch-configuration error (too much shared memory, a bad grid: gate_run.LAUNCH_ERRORS)
+    leaves the context usable: RUNTIME_ERROR, not fatal.
     """
     import torch
+    from evokernel.gate_run import is_launch_error, is_sticky
     text = f"{type(exc).__name__}: {exc}".lower()
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text:
         return Reason.OUT_OF_MEMORY, False
+    if is_launch_error(exc) and not is_sticky(exc):
+        return Reason.RUNTIME_ERROR, False
     if any(s in text for s in _STICKY):
         return Reason.CUDA_FAULT, True
     if "cuda error" in text or "cudaerror" in text:
@@ -122,7 +127,9 @@ class _Tamper:
 
 
 class Session:
-    """One problem's state in this worker: reference, cached truths, baselines and floor."""
+    """One problem's state in this worker: reference, cached truths, baselines and floor, the
+    reference's main kernels (for the reference-fallback check) and its outputs on the timing
+    sets (for the spot checks of timed outputs)."""
 
     def __init__(self, problem: dict[str, Any], config: EvalConfig, arch: str):
         import torch
@@ -152,6 +159,8 @@ class Session:
         self.floor_ms, self.bound = floor_mod.floor_ms(self.flops, self.min_bytes, self.peaks)
         del outputs
         self.compile_ms = self._compile_baseline() if config.measure_compile else None
+        self.reference_kernels, self.main_kernels = self._profile_reference()
+        self._expected: dict[int, list[tuple[Any, ...]]] = {}
         self.tamper = _Tamper()
         props = torch.cuda.get_device_properties(self.device)
         self.info = {
@@ -167,7 +176,48 @@ class Session:
             "flops": self.flops, "min_bytes": self.min_bytes, "floor_ms": self.floor_ms,
             "floor_bound": self.bound, "compile_ms": self.compile_ms,
             "skipped_distributions": dict(self.ref.skipped),
+            "perturbed_parameters": list(self.ref.perturbed),
+            "reference_main_kernels": (None if self.main_kernels is None
+                                       else list(self.main_kernels)),
         }
+
+    def _profile_reference(self) -> tuple[list[tuple[str, float]] | None,
+                                          tuple[str, ...] | None]:
+        """The kernels of one reference call on timing set 0 (after a warm-up call) and the
+        main ones among them (evokernel.fallback.main_kernels); (None, None) when the profiler
+        is unavailable, which turns the reference-fallback check off (flag
+        "profiler_unavailable" on every candidate)."""
+        import torch
+        from evokernel.fallback import main_kernels
+        from evokernel.gate import strict_fp32
+        from evokernel.gate_run import profile_kernels
+        inputs = self.timing_inputs[0]
+        try:
+            with strict_fp32(), torch.no_grad():
+                self.ref.model(*inputs)
+                kernels = profile_kernels(lambda: self.ref.model(*inputs), self.device)
+        except Exception:  # noqa: BLE001 -- no profile: the check is skipped, not the problem
+            print("profiling the reference failed:\n" + traceback.format_exc(), flush=True)
+            return None, None
+        if not kernels:
+            return None, None
+        return kernels, main_kernels(kernels)
+
+    def _expected_outputs(self, gate_ref: Any) -> list[tuple[Any, ...]]:
+        """PyTorch's strict-FP32 outputs on each timing set, from ``gate_ref``'s model (the one
+        the candidate is judged against), computed once per reference."""
+        import torch
+        from evokernel.gate import strict_fp32
+        key = id(gate_ref)
+        if key not in self._expected:
+            outs = []
+            with strict_fp32(), torch.no_grad():
+                for inputs in self.timing_inputs:
+                    raw = gate_ref.model(*inputs)
+                    raw = (raw,) if isinstance(raw, torch.Tensor) else tuple(raw)
+                    outs.append(tuple(o.detach().clone() for o in raw))
+            self._expected[key] = outs
+        return self._expected[key]
 
     def _compile_baseline(self) -> float | None:
         """torch.compile (default mode) median ms, timed interleaved with eager (TF32 off)."""
@@ -209,12 +259,20 @@ class Session:
         return _with(result, eval_s=time.perf_counter() - t0), fatal
 
     def _evaluate(self, cand: Candidate) -> EvalResult:
+        """Gate, kernel check, timing, then the checks on the timed calls, in this order (the
+        first that fires names the reason): the gate (evokernel.gate); timer patches or threads
+        (TIMER_TAMPERING, THREADS); the profiled kernels (REFERENCE_FALLBACK,
+        NO_KERNEL_LAUNCHED; evokernel.fallback, policy GateConfig.reference_fallback); after
+        timing, tampering again, work outside the timed stream (SIDE_STREAM), inputs changed
+        by the timed calls (INPUT_MUTATION), timed outputs that are not the outputs for their
+        inputs (CACHED_OUTPUT: spot checks, then a replay with the input contents rotated
+        under the same tensors), and a time below the physical floor (IMPOSSIBLE_SPEED)."""
         import torch
         from evokernel.build import load_candidate
-        from evokernel.gate import align_parameters, gate_candidate, strict_fp32
+        from evokernel.floor import impossible
+        from evokernel.gate import gate_candidate, strict_fp32
         from evokernel.scan import scan_source
         from evokernel.timing import side_stream_suspect, time_interleaved
-        from evokernel.floor import impossible
 
         flags = scan_source(cand.source)
         try:
@@ -223,9 +281,7 @@ class Session:
             if not hasattr(module, "ModelNew"):
                 return EvalResult.failure(cand.id, Reason.NO_CODE,
                                           "the module defines no ModelNew", flags=flags)
-            torch.manual_seed(0)
-            model_new = module.ModelNew(*self.ref.init_inputs).to(self.device)
-            align_parameters(self.ref.model, model_new)
+            model_new, gate_ref = self.ref.prepare_candidate(module.ModelNew)
         except Exception as e:
             reason, fatal = classify_exception(e)
             if reason is Reason.RUNTIME_ERROR:
@@ -235,7 +291,7 @@ class Session:
             return EvalResult.failure(cand.id, reason, f"{type(e).__name__}: {e}"[:2000],
                                       log=_tail(traceback.format_exc()), flags=flags)
         with strict_fp32(), torch.no_grad():
-            outcome = gate_candidate(self.ref, model_new, cand.source)
+            outcome = gate_candidate(gate_ref, model_new, cand.source)
         common = dict(checks=outcome.checks, norm_error_ratio=outcome.norm_error_ratio,
                       max_error_ratio=outcome.max_error_ratio,
                       tolerance_factor=self.config.gate.tolerance_factor,
@@ -246,12 +302,32 @@ class Session:
         if tampered:
             return EvalResult.failure(cand.id, tampered[0], tampered[1], **common)
         if not outcome.passed:
-            return EvalResult.failure(cand.id, outcome.reason, outcome.detail, **common)
+            return EvalResult.failure(cand.id, outcome.reason, outcome.detail,
+                                      log=outcome.log, **common)
+        kernel_reason, kernel_detail, kernel_flags = self._kernel_check(
+            model_new, cand.source, gate_ref, outcome.checks)
+        common["flags"] = tuple(dict.fromkeys(common["flags"] + kernel_flags))
+        if kernel_reason is Reason.CACHED_OUTPUT or (
+                kernel_reason is not None and self.config.gate.reference_fallback == "reject"):
+            return EvalResult.failure(cand.id, kernel_reason, kernel_detail, **common)
+        tampered = self.tamper.check()
+        if tampered:
+            return EvalResult.failure(cand.id, tampered[0], tampered[1], **common)
+
         sets = self.timing_inputs
+        n = len(sets)
+        mine = [_clone_inputs(s) for s in sets]       # the candidate's own copies of the sets
+        kept: dict[int, Any] = {}                     # latest timed output per set
+
+        def timed_candidate(i: int) -> Any:
+            out = model_new(*mine[i % n])
+            kept[i % n] = out
+            return out
+
         with strict_fp32(), torch.no_grad():
             stats = time_interleaved(
-                {"reference": lambda i: self.ref.model(*sets[i % len(sets)]),
-                 "candidate": lambda i: model_new(*sets[i % len(sets)])},
+                {"reference": lambda i: self.ref.model(*sets[i % n]),
+                 "candidate": timed_candidate},
                 self.config.timing, device=self.device, flush=self.flusher)
         ref_ms, cand_ms = stats["reference"].median_ms, stats["candidate"].median_ms
         timed = dict(common, reference_ms=ref_ms, candidate_ms=cand_ms)
@@ -264,6 +340,19 @@ class Session:
                 cand.id, Reason.SIDE_STREAM,
                 f"CUDA events saw {cand_ms:.4f} ms but the host, synchronizing the whole device, "
                 f"saw {host:.4f} ms: work runs outside the timed stream", **timed)
+        mutated = next((f"timing set {k}: {why}" for k, why in
+                        ((k, _modified(sets[k], mine[k])) for k in range(n)) if why), "")
+        if mutated:
+            return EvalResult.failure(cand.id, Reason.INPUT_MUTATION, "the timed calls modified "
+                                      f"their inputs ({mutated})", **timed)
+        expected = self._expected_outputs(gate_ref)
+        tol = _spot_tolerance(outcome.checks, expected)
+        stale = _stale(kept, expected, tol, "the output of the last timed call on timing set")
+        kept.clear()
+        if not stale:
+            stale = self._replay(model_new, mine, expected, tol)
+        if stale:
+            return EvalResult.failure(cand.id, Reason.CACHED_OUTPUT, stale, **timed)
         if impossible(cand_ms, self.floor_ms):
             return EvalResult.failure(
                 cand.id, Reason.IMPOSSIBLE_SPEED,
@@ -276,8 +365,125 @@ class Session:
                   f" {stats['candidate'].trials} trials)")
         if outcome.detail and "accumulation" in outcome.detail:
             detail += "; " + outcome.detail
+        if kernel_reason is not None:
+            detail += f"; flagged ({kernel_reason.value}): {kernel_detail}"
         return EvalResult(candidate_id=cand.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
                           detail=detail, **timed)
+
+    def _kernel_check(self, model_new: Any, source: str, gate_ref: Any, checks: Any
+                      ) -> tuple[Reason | None, str, tuple[str, ...]]:
+        """Profile one candidate call on a fresh clone of timing set 0 (contents the gate never
+        showed it) and judge its kernels against the reference's main kernels
+        (evokernel.fallback.judge_kernels). The call's output is checked first: a wrong one
+        came from a cache (CACHED_OUTPUT), and launched no kernel for a reason of its own.
+        Returns (reason or None, detail, flags)."""
+        import torch
+        from evokernel.fallback import judge_kernels
+        from evokernel.gate import strict_fp32
+        from evokernel.gate_run import profile_kernels
+        inputs = _clone_inputs(self.timing_inputs[0])
+        got: list[Any] = []
+
+        def call() -> None:
+            got.append(model_new(*inputs))
+        with strict_fp32(), torch.no_grad():
+            if self.main_kernels is None:
+                kernels = None
+                call()
+                torch.cuda.synchronize(self.device)
+            else:
+                kernels = profile_kernels(call, self.device)
+        if got:
+            expected = self._expected_outputs(gate_ref)
+            stale = _stale({0: got[0]}, expected, _spot_tolerance(checks, expected),
+                           "the output of a call on new inputs (timing set")
+            if stale:
+                return Reason.CACHED_OUTPUT, stale.replace("set 0 is", "set 0) is", 1), ()
+        if kernels is None:
+            return None, "", ("profiler_unavailable",)
+        verdict = judge_kernels(kernels, self.main_kernels, source)
+        return verdict.reason, verdict.detail, verdict.flags
+
+    def _replay(self, model_new: Any, mine: list[list], expected: list[tuple[Any, ...]],
+                tol: float) -> str:
+        """Rotate the contents of the candidate's timing sets under the same tensors (set k's
+        tensors receive set k+1's values: same data_ptr, id and shape), call the candidate on
+        each, and compare with PyTorch's output for the new contents. A cache keyed on any of
+        those returns the old output. Returns "" or what was stale."""
+        import torch
+        from evokernel.gate import strict_fp32
+        n = len(mine)
+        if n < 2:
+            return ""
+        with torch.no_grad():
+            for k in range(n):
+                for dst, src in zip(_tensors(mine[k]), _tensors(self.timing_inputs[(k + 1) % n])):
+                    dst.copy_(src)
+        torch.cuda.synchronize(self.device)
+        outs = {}
+        with strict_fp32(), torch.no_grad():
+            for k in range(n):
+                outs[k] = model_new(*mine[k])
+        torch.cuda.synchronize(self.device)
+        shifted = [expected[(k + 1) % n] for k in range(n)]
+        return _stale(outs, shifted, tol, "after the contents of the timing sets were rotated "
+                      "under the same tensors, the output on timing set")
+
+
+def _tensors(x: Any) -> list:
+    """The tensors in ``x`` (a tensor or nested lists/tuples), in order."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def _clone_inputs(inputs: Any) -> Any:
+    from evokernel import gate_math as gm
+    return gm.map_tensors(inputs, lambda t: t.clone())
+
+
+def _modified(original: Any, copy: Any) -> str:
+    from evokernel import gate_math as gm
+    return gm.inputs_modified(original, copy)
+
+
+def _spot_tolerance(checks: Any, expected: list[tuple[Any, ...]]) -> float:
+    """gate_math.spot_tolerance from the gate's checks on the problem's own distribution."""
+    import torch
+    from evokernel import gate_math as gm
+    pairs = [(c.candidate_norm_error, c.reference_norm_error) for c in checks
+             if c.distribution == "problem"] or [
+        (c.candidate_norm_error, c.reference_norm_error) for c in checks]
+    dtype = next((o.dtype for outs in expected for o in outs if isinstance(o, torch.Tensor)),
+                 torch.float32)
+    return gm.spot_tolerance(pairs, dtype)
+
+
+def _stale(outputs: dict[int, Any], expected: list[tuple[Any, ...]], tol: float,
+           what: str) -> str:
+    """"" when every output in ``outputs`` (set index -> a forward's return) is within ``tol``
+    (relative, gate_math.relative_distance) of ``expected[index]``; else a description naming
+    the set, the distance, and the set whose expected output it matches, if any."""
+    import torch
+    from evokernel import gate_math as gm
+    for k, raw in sorted(outputs.items()):
+        outs = (raw,) if isinstance(raw, torch.Tensor) else tuple(raw)
+        if len(outs) != len(expected[k]):
+            return f"{what} {k} has {len(outs)} outputs, not {len(expected[k])}"
+        for i, (o, e) in enumerate(zip(outs, expected[k])):
+            d = gm.relative_distance(o, e)
+            if d > tol:
+                match = next((j for j, exp in enumerate(expected) if j != k and len(exp) > i
+                              and gm.relative_distance(o, exp[i]) <= tol), None)
+                also = (f"; it is the output for timing set {match}" if match is not None
+                        else "")
+                return (f"{what} {k} is {d:.3g} (relative) from PyTorch's output on its inputs, "
+                        f"allowed {tol:.3g}{also}: timed calls return outputs computed for other "
+                        "inputs")
+    return ""
 
 
 def _context_error(device: Any) -> str | None:

@@ -4,7 +4,15 @@
 #
 #   scripts/gpu_check.sh STAGE[,STAGE...] [RESULTS_DIR]
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
-#           search:PROBLEM, mock, all
+#           search:PROBLEM, mock, bench, gate-report, all
+#   gate-report: experiments/gate_report.py, every cheat and legitimate fixture in tests/kernels/
+#          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
+#          (tests/test_gpu_gate_fixtures.py, the same run), so run it on its own:
+#          python3 -m pytest -q -m gpu tests/test_gpu_gate_fixtures.py
+#   bench: the engine benchmarks (evokernel.bench: throughput cold/warm/sequential, fidelity vs
+#          triton do_bench), sized to what is left of a 10-minute call (CALL_LIMIT, default 590 s,
+#          counted from this script's start); BENCH_ARGS adds flags, e.g.
+#          BENCH_ARGS="--phases cold,warm,sequential"; BENCH_BUDGET overrides the budget (s).
 #
 # Writes logs, JSON and run directories under RESULTS_DIR (default results/h200-<date>/), prints a
 # short table last, and, when $OUT is set (the device tool), packs RESULTS_DIR into
@@ -53,6 +61,15 @@ search() {  # search PROBLEM: LLM-free, 3 generations
     --no-compile-baseline --run-dir "$R/run_$1" 2>&1 | tee "$R/run_$1.txt" | grep -v DEBUG
   $EK show "$R/run_$1" >"$R/show_$1.txt" 2>&1
 }
+bench() {  # the engine benchmarks; the budget leaves time to summarize and pack $OUT
+  local left=$(( ${CALL_LIMIT:-590} - SECONDS ))
+  local budget=${BENCH_BUDGET:-$(( left - 40 ))}
+  if [ "$budget" -lt 60 ]; then echo "bench: only ${left} s left of the call; skipped"; return; fi
+  echo "bench: budget ${budget} s (${left} s left of the call)"
+  # shellcheck disable=SC2086
+  timeout -k 10 "$(( budget + 20 ))" python3 -m evokernel.bench --results-dir "$R" \
+    --budget-s "$budget" ${BENCH_ARGS:-} 2>&1 | tee "$R/bench.txt" | grep -v DEBUG | tail -60
+}
 mock() {  # the LLM operators against a scripted LLM (litellm mock_response), 3 generations
   rm -rf "$R/run_mock_llm" "$R/run_mock_llm-llm-cache.sqlite"
   timeout "$LIMIT" python3 experiments/mock_llm_search.py softmax --generations 3 \
@@ -62,15 +79,18 @@ CHECK_ARGS=${CHECK_ARGS:-}
 for s in ${stage//,/ }; do
   case "$s" in
     prebuild) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt" ;;
-    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 \
+    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 \
                  | tee "$R/gpu_tests.txt" | tail -25 ;;
     checks) check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
             check conv2d; check conv2d_relu_maxpool ;;
     check:*) p=${s#check:}; if [ "$p" = matmul ]; then check matmul tests/kernels/matmul_fp16.py; else check "$p"; fi ;;
     search:*) search "${s#search:}" ;;
     mock) mock ;;
+    gate-report) timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report" \
+                   2>&1 | tee "$R/gate_report.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -120 ;;
+    bench) bench ;;
     validate) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt"
-              python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$R/gpu_tests.txt" | tail -25
+              python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
               check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
               check conv2d; check conv2d_relu_maxpool ;;
     all) "$0" validate "$R"; search softmax; search layernorm; mock ;;
@@ -78,5 +98,7 @@ for s in ${stage//,/ }; do
   esac
 done
 
-python3 scripts/summarize.py "$R" | tee "$R/summary.md"
+{ python3 scripts/summarize.py "$R"
+  if [ -f "$R/bench_summary.md" ]; then echo; tail -n +2 "$R/bench_summary.md"; fi
+} | tee "$R/summary.md"
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" "$R"; fi

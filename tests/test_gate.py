@@ -421,8 +421,9 @@ class _Sub(torch.Tensor):
     (Reason.DTYPE_MISMATCH, lambda a, b: a.double() @ b.double()),
     (Reason.NON_FINITE, lambda a, b: (a @ b).index_fill_(0, torch.tensor([3]), math.nan)),
     (Reason.CONSTANT_OUTPUT, lambda a, b: torch.ones(a.shape[0], b.shape[1])),
-    (Reason.WRONG_FUNCTION, lambda a, b: torch.cat([a[:1] @ b, a.new_zeros(a.shape[0] - 1,
+    (Reason.PARTIAL_OUTPUT, lambda a, b: torch.cat([a[:1] @ b, a.new_zeros(a.shape[0] - 1,
                                                                             b.shape[1])])),
+    (Reason.WRONG_FUNCTION, lambda a, b: (a @ b).t().contiguous()),
     (Reason.RUNTIME_ERROR, lambda a, b: a @ a),
 ])
 def test_rejections_name_reason_and_numbers(matmul, reason, fn):
@@ -566,11 +567,14 @@ def test_gpu_honest_passes_and_cublas_tf32_is_lower_precision(gpu_matmul):
 
 
 @pytest.mark.gpu
-def test_gpu_unwritten_output_reads_nan(gpu_matmul):
+def test_gpu_unwritten_output_is_result_reuse(gpu_matmul):
     assert gate_candidate(gpu_matmul, Fn(torch.matmul)).passed   # leaves correct outputs freed
     outcome = gate_candidate(gpu_matmul, Fn(lambda a, b: torch.empty(
         a.shape[0], b.shape[1], device=a.device)))
-    rejected(outcome, Reason.NON_FINITE)
+    rejected(outcome, Reason.RESULT_REUSE)                      # it reads the gate's poison
+    half = gate_candidate(gpu_matmul, Fn(lambda a, b: torch.cat([a[:8] @ b, torch.empty(
+        a.shape[0] - 8, b.shape[1], device=a.device)])))
+    rejected(half, Reason.PARTIAL_OUTPUT)
 
 
 @pytest.mark.gpu

@@ -1,7 +1,12 @@
 """Adversarial fixture for the matmul problem: a plausible, fast tensor-core GEMM that silently
 rounds A and B to FP16 (__float2half while staging tiles in shared memory) and multiplies them with
 wmma half fragments accumulating in FP32. Its output is FP32 with the right shape, but its error is
-~1000x PyTorch's strict-FP32 error, so the precision gate must reject it as lower precision."""
+~1000x PyTorch's strict-FP32 error, so the precision gate must reject it as lower precision.
+
+EXPECTED: reject lower_precision
+PROBLEM: problems/matmul.py
+CHECK: 8
+"""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
