@@ -49,6 +49,21 @@ def _eval_config(args: argparse.Namespace):
                       baseline="compile" if args.vs_compile else "eager")
 
 
+def _search_config(args: argparse.Namespace):
+    from evokernel.config import SearchConfig
+    return SearchConfig(population_size=args.population, generations=args.generations,
+                        offspring_per_generation=args.offspring, seed=args.seed,
+                        islands=args.islands, migration_interval=args.migration_interval,
+                        migrants=args.migrants, ideas_per_call=args.ideas,
+                        implementations_per_idea=args.implementations)
+
+
+def _llm_config(args: argparse.Namespace):
+    from evokernel.config import LLMConfig
+    return LLMConfig(model=args.model, api_base=args.api_base,
+                     max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd)
+
+
 def _require_gpu() -> None:
     import torch
     if not torch.cuda.is_available():
@@ -56,7 +71,7 @@ def _require_gpu() -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evokernel.config import LLMConfig, RunConfig, SearchConfig
+    from evokernel.config import RunConfig
     from evokernel.problem import load_problem
 
     if args.resume:
@@ -76,14 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         problem = load_problem(args.problem, seed=args.seed_kernel)
         config = RunConfig(
             problem=str(args.problem), run_dir=args.run_dir,
-            search=SearchConfig(population_size=args.population, generations=args.generations,
-                                offspring_per_generation=args.offspring, seed=args.seed,
-                                islands=args.islands, migration_interval=args.migration_interval,
-                                migrants=args.migrants, ideas_per_call=args.ideas,
-                                implementations_per_idea=args.implementations),
-            evaluation=_eval_config(args),
-            llm=LLMConfig(model=args.model, api_base=args.api_base,
-                          max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd))
+            search=_search_config(args), evaluation=_eval_config(args), llm=_llm_config(args))
     _require_gpu()   # after the arguments and the problem are known to be good
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
@@ -289,7 +297,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
 
 
 def _suite_on_gpu(args: argparse.Namespace):
-    from evokernel.config import LLMConfig, RunConfig, SearchConfig
+    from evokernel.config import RunConfig
     from evokernel.suite_run import candidate_files, check_all, search_all, suite_problems
 
     if not args.problems:
@@ -299,14 +307,7 @@ def _suite_on_gpu(args: argparse.Namespace):
     if args.search:
         _require_gpu()
         config = RunConfig(
-            search=SearchConfig(population_size=args.population, generations=args.generations,
-                                offspring_per_generation=args.offspring, seed=args.seed,
-                                islands=args.islands, migration_interval=args.migration_interval,
-                                migrants=args.migrants, ideas_per_call=args.ideas,
-                                implementations_per_idea=args.implementations),
-            evaluation=_eval_config(args),
-            llm=LLMConfig(model=args.model, api_base=args.api_base,
-                          max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd))
+            search=_search_config(args), evaluation=_eval_config(args), llm=_llm_config(args))
         base = Path(args.output)
         run_root = base.parent / f"{base.stem}_runs"
 
