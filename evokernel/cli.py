@@ -438,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     except EvokernelError as e:
         print(f"evokernel: {e}", file=sys.stderr)
         return 2
+    except (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        print(f"evokernel: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("evokernel: interrupted; resume with `evokernel run --resume RUN_DIR`",
               file=sys.stderr)

@@ -36,7 +36,7 @@ LAUNCH_ERRORS = ("invalid argument", "invalid configuration argument",
 
 #: Errors after which the CUDA context is unusable (the worker must exit), lower case.
 STICKY_ERRORS = ("illegal memory access", "misaligned address", "unspecified launch failure",
-                 "device-side assert", "illegal instruction", "an illegal",
+                 "device-side assert", "illegal instruction",
                  "invalid program counter", "uncorrectable", "cuda error: unknown error",
                  "launch timed out")
 

@@ -160,7 +160,15 @@ class RunStore:
                                   f"({e})") from e
 
     def config(self) -> RunConfig:
-        return RunConfig.from_dict(json.loads((self.run_dir / "config.json").read_text()))
+        """The run's config.json. Raises: ConfigError naming the file when it is missing or
+        malformed."""
+        path = self.run_dir / "config.json"
+        try:
+            return RunConfig.from_dict(json.loads(path.read_text()))
+        except FileNotFoundError as e:
+            raise ConfigError(f"{path}: missing (not a complete run directory)") from e
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+            raise ConfigError(f"{path}: not a valid config file ({e})") from e
 
     def meta(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self._rows("SELECT key, value FROM meta")}

@@ -21,15 +21,12 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
+
+from evokernel import protocol
 from typing import Any
 
 from evokernel.config import EvalConfig, RunConfig
 from evokernel.records import Candidate, EvalResult, Reason, Verdict
-
-#: Substrings of CUDA errors after which the context is unusable: the worker must exit.
-_STICKY = ("illegal memory access", "misaligned address", "unspecified launch failure",
-           "device-side assert", "illegal instruction", "an illegal", "invalid program counter",
-           "uncorrectable", "cuda error: unknown error", "launch timed out")
 
 
 def _tail(text: str, n: int = 4000) -> str:
@@ -39,20 +36,18 @@ def _tail(text: str, n: int = 4000) -> str:
 def classify_exception(exc: BaseException) -> tuple[Reason, bool]:
     """Map an exception raised by candidate code to (reason, fatal).
 
-    fatal is True for sticky CUDA errors, after which this process must not run anything else.
-    A launch-configuration error (too much shared memory, a bad grid: gate_run.LAUNCH_ERRORS)
-    leaves the context usable: RUNTIME_ERROR, not fatal.
+    fatal is True for sticky CUDA errors (gate_run.STICKY_ERRORS), after which this process must
+    not run anything else. Only the first line of a message is read: PyTorch appends advice
+    mentioning "device-side assertions" to every CUDA error. A launch-configuration error (too
+    much shared memory, a bad grid: gate_run.LAUNCH_ERRORS) leaves the context usable.
     """
     import torch
-    from evokernel.gate_run import is_launch_error, is_sticky
-    text = f"{type(exc).__name__}: {exc}".lower()
-    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text:
+    from evokernel.gate_run import _text, is_launch_error, is_sticky
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in _text(exc):
         return Reason.OUT_OF_MEMORY, False
     if is_launch_error(exc) and not is_sticky(exc):
         return Reason.RUNTIME_ERROR, False
-    if any(s in text for s in _STICKY):
-        return Reason.CUDA_FAULT, True
-    if "cuda error" in text or "cudaerror" in text:
+    if is_sticky(exc) or "cuda error" in _text(exc) or "cudaerror" in _text(exc):
         return Reason.CUDA_FAULT, True
     return Reason.RUNTIME_ERROR, False
 
@@ -158,7 +153,10 @@ class Session:
         self.min_bytes = floor_mod.min_bytes(list(inputs) + params, outputs)
         self.floor_ms, self.bound = floor_mod.floor_ms(self.flops, self.min_bytes, self.peaks)
         del outputs
-        self.compile_ms = self._compile_baseline() if config.measure_compile else None
+        # A respawned worker reuses its first incarnation's torch.compile time, so every
+        # candidate of a run is compared with the same baseline measurement.
+        self.compile_ms = (problem["compile_ms"] if problem.get("compile_ms") is not None
+                           else self._compile_baseline() if config.measure_compile else None)
         self.reference_kernels, self.main_kernels = self._profile_reference()
         self._expected: dict[int, list[tuple[Any, ...]]] = {}
         self.tamper = _Tamper()
@@ -247,6 +245,9 @@ class Session:
             reason, fatal = classify_exception(e)
             result = EvalResult.failure(cand.id, reason, f"{type(e).__name__}: {e}"[:2000],
                                         log=_tail(traceback.format_exc()))
+        tampered = self.tamper.check()   # always: restores timers, and blames the right one
+        if tampered and result.reason not in (Reason.TIMER_TAMPERING, Reason.THREADS):
+            result = EvalResult.failure(cand.id, tampered[0], tampered[1], log=result.log)
         if not fatal:
             # The context was healthy before this candidate; if it is broken now, this
             # candidate broke it (an asynchronous fault that surfaced late), not the next one.
@@ -510,26 +511,27 @@ def main(argv: list[str]) -> int:
     session: Session | None = None
     while True:
         try:
-            msg = conn_in.recv()
-        except (EOFError, OSError):
+            msg = protocol.recv(conn_in)
+        except (EOFError, OSError, protocol.ProtocolError):
             return 0
         kind = msg.get("kind")
         if kind == "setup":
             try:
                 config = RunConfig.from_dict(msg["config"]).evaluation
                 session = Session(msg["problem"], config, msg["arch"])
-                conn_out.send({"kind": "ready", "info": session.info})
+                protocol.send(conn_out, {"kind": "ready", "info": session.info})
             except Exception:
-                conn_out.send({"kind": "setup_error", "error": _tail(traceback.format_exc())})
+                protocol.send(conn_out, {"kind": "setup_error",
+                                         "error": _tail(traceback.format_exc())})
                 return 2
         elif kind == "eval":
             if session is None:
-                conn_out.send({"kind": "setup_error", "error": "eval before setup"})
+                protocol.send(conn_out, {"kind": "setup_error", "error": "eval before setup"})
                 return 2
             cand = Candidate.from_dict(msg["candidate"])
             result, fatal = session.evaluate(cand)
             sys.stdout.flush()
-            conn_out.send({"kind": "result", "result": result.to_dict(), "fatal": fatal})
+            protocol.send(conn_out, {"kind": "result", "result": result.to_dict(), "fatal": fatal})
             if fatal:
                 os._exit(3)  # the CUDA context is gone; never run another candidate here
         elif kind == "stop":

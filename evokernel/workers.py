@@ -18,6 +18,7 @@ from typing import Any
 
 from loguru import logger
 
+from evokernel import protocol
 from evokernel.errors import ProblemError
 from evokernel.records import Candidate, EvalResult, Reason
 
@@ -81,7 +82,7 @@ class WorkerHandle:
         self._recv = Connection(from_child_r, writable=False)
         self.spawns += 1
         self._done = 0
-        self._send.send(self.setup_msg)
+        protocol.send(self._send, self.setup_msg)
         msg = self._wait(self.setup_timeout_s)
         if msg is None or msg.get("kind") != "ready":
             why = (msg or {}).get("error") or self._death_note("during set-up")
@@ -89,6 +90,8 @@ class WorkerHandle:
             raise ProblemError(f"{self.setup_msg['problem']['path']}: the GPU worker could not "
                                f"set up the problem:\n{why}")
         self.info = msg["info"]
+        if self.info.get("compile_ms") is not None:   # reused by respawned workers
+            self.setup_msg["problem"]["compile_ms"] = self.info["compile_ms"]
         return self.info
 
     def alive(self) -> bool:
@@ -114,7 +117,7 @@ class WorkerHandle:
         """Ask the worker to stop; kill it if it does not within 10 s."""
         if self.alive() and self._send is not None:
             try:
-                self._send.send({"kind": "stop"})
+                protocol.send(self._send, {"kind": "stop"})
                 self.proc.wait(timeout=10)  # type: ignore[union-attr]
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -134,7 +137,7 @@ class WorkerHandle:
         assert self._send is not None
         t0 = time.perf_counter()
         try:
-            self._send.send({"kind": "eval", "candidate": cand.to_dict()})
+            protocol.send(self._send, {"kind": "eval", "candidate": cand.to_dict()})
         except OSError:
             return self._dead(cand, "the worker was gone before the candidate was sent")
         msg = self._wait(timeout_s)
@@ -148,7 +151,17 @@ class WorkerHandle:
                     f"no answer after {timeout_s:.0f} s (hang or endless loop); worker killed",
                     eval_s=time.perf_counter() - t0, log=_log_tail(self.log_path))
             return self._dead(cand, "the worker process died")
-        result = EvalResult.from_dict(msg["result"])
+        try:
+            result = EvalResult.from_dict(msg["result"])
+        except (KeyError, TypeError, ValueError) as e:
+            self.kill()
+            return EvalResult.failure(cand.id, Reason.WORKER_CRASH,
+                                      f"the worker sent a malformed result ({e}); worker killed")
+        if result.candidate_id != cand.id:
+            self.kill()
+            return EvalResult.failure(
+                cand.id, Reason.WORKER_CRASH, f"the worker answered for candidate "
+                f"{result.candidate_id!r} while evaluating {cand.id}; worker killed")
         if msg.get("fatal"):
             try:
                 self.proc.wait(timeout=10)  # type: ignore[union-attr]
@@ -189,14 +202,14 @@ class WorkerHandle:
                 return None
             try:
                 if self._recv.poll(min(left, 1.0)):
-                    return self._recv.recv()
-            except (EOFError, OSError):
+                    return protocol.recv(self._recv)
+            except (EOFError, OSError, protocol.ProtocolError):
                 return None
             if not self.alive():
                 # Drain what it sent before it died (a fatal result precedes its exit).
                 try:
                     if self._recv.poll(0.1):
-                        return self._recv.recv()
-                except (EOFError, OSError):
+                        return protocol.recv(self._recv)
+                except (EOFError, OSError, protocol.ProtocolError):
                     pass
                 return None

@@ -200,3 +200,17 @@ def test_a_content_keyed_cache_is_left_to_the_floor():
     assert run(CONTENT_CACHE).accepted
     r = run(CONTENT_CACHE, floor_ms=1e6)
     assert r.reason is Reason.IMPOSSIBLE_SPEED, r.detail
+
+
+TAMPER_NO_MODEL = '''
+import time
+time.perf_counter = lambda: 0.0       # patched at import, then no ModelNew at all
+'''
+
+
+def test_tampering_on_an_early_exit_is_blamed_on_its_candidate():
+    s = _session()
+    bad = s.evaluate(Candidate(source=TAMPER_NO_MODEL))[0]
+    assert bad.reason is Reason.TIMER_TAMPERING and "time.perf_counter" in bad.detail
+    good, fatal = s.evaluate(Candidate(source=HONEST))
+    assert good.accepted and not fatal, good.detail

@@ -62,3 +62,17 @@ def test_setup_failure_names_the_problem(tmp_path):
     with pytest.raises(ProblemError, match=r"(?s)broken\.py.*NameError"):
         w.start()
     assert not w.alive()
+
+
+def test_untrusted_answers_are_not_believed(tmp_path):
+    """A candidate runs inside the worker, so the worker's answers are untrusted: they are JSON
+    (never unpickled) and must be about the candidate that was sent."""
+    w = handle(tmp_path)
+    try:
+        forged = w.evaluate(cand("forge"), timeout_s=10)
+        assert forged.reason is Reason.WORKER_CRASH and "someone-else" in forged.detail
+        pickled = w.evaluate(cand("pickle"), timeout_s=10)
+        assert pickled.reason is Reason.WORKER_CRASH and not pickled.accepted
+        assert w.evaluate(cand("ok", 9), timeout_s=10).accepted
+    finally:
+        w.close()
