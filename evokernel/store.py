@@ -223,7 +223,10 @@ class RunStore:
         """The accepted candidate with the highest fitness, or None. Fitness is the speedup over
         the run's baseline (config.evaluation.baseline: eager, or torch.compile), as in the
         search; ties go to the earlier candidate."""
-        by_compile = self.config().evaluation.baseline == "compile"
+        try:
+            by_compile = self.config().evaluation.baseline == "compile"
+        except ConfigError:        # a run whose config.json is not written yet: the default
+            by_compile = False
         accepted = [r for r in self.results().values() if r.accepted]
         if not accepted:
             return None
