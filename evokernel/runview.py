@@ -18,6 +18,7 @@ from typing import Any
 
 from evokernel.config import RunConfig
 from evokernel.records import Candidate, EvalResult, Reason
+from evokernel.errors import ConfigError
 from evokernel.store import RunStore
 
 #: The kind of each rejection reason (evokernel.records.Reason values, grouped as there); a
@@ -201,7 +202,7 @@ def load_run(run_dir: str | Path) -> RunView:
         meta = store.meta()
         try:
             config = store.config()
-        except (OSError, ValueError, KeyError, TypeError):   # config.json missing or foreign
+        except (ConfigError, OSError, ValueError, KeyError, TypeError):  # missing or foreign
             config = None
         cands, results = store.candidates(), store.results()
         completed = [g["generation"] for g in store.generations()]
