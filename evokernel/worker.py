@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
 
 from evokernel import protocol
+from evokernel.tamper import Tamper
 from typing import Any
 
 from evokernel.config import EvalConfig, RunConfig
@@ -50,75 +50,6 @@ def classify_exception(exc: BaseException) -> tuple[Reason, bool]:
     if is_sticky(exc) or "cuda error" in _text(exc) or "cudaerror" in _text(exc):
         return Reason.CUDA_FAULT, True
     return Reason.RUNTIME_ERROR, False
-
-
-def _called_from_candidate() -> bool:
-    """Whether candidate code (compiled with a ``<candidate ...>`` filename by
-    evokernel.build.load_candidate) is on the current call stack, and not through evokernel's
-    own build step (an in-worker build runs ninja as a subprocess on the candidate's behalf)."""
-    import evokernel.build as build
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name == build.__file__:
-            return False
-        if name.startswith("<candidate"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-class _Tamper:
-    """Catches a candidate that monkey-patches the timers or starts threads or processes.
-
-    Timers: the objects are snapshot at start-up and compared after each candidate. Threads and
-    processes: the functions that start them are wrapped so that a start whose call stack holds
-    candidate code is recorded; PyTorch's own helper threads (e.g. torch.compile's worker pool
-    timer) are not the candidate's and are not counted.
-    """
-
-    def __init__(self) -> None:
-        import _thread
-        import multiprocessing
-        import subprocess
-        import torch
-        self._objs = {
-            "time.perf_counter": (time, "perf_counter"),
-            "time.time": (time, "time"),
-            "torch.cuda.synchronize": (torch.cuda, "synchronize"),
-            "torch.cuda.Event": (torch.cuda, "Event"),
-            "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
-            "torch.cuda.Event.record": (torch.cuda.Event, "record"),
-            "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
-        }
-        self._saved = {k: getattr(o, a) for k, (o, a) in self._objs.items()}
-        self.started: list[str] = []
-        for owner, attr, what in ((_thread, "start_new_thread", "a thread"),
-                                  (threading, "_start_new_thread", "a thread"),
-                                  (multiprocessing.Process, "start", "a process"),
-                                  (subprocess.Popen, "__init__", "a subprocess"),
-                                  (os, "fork", "a forked process")):
-            if hasattr(owner, attr):
-                setattr(owner, attr, self._watch(getattr(owner, attr), what))
-
-    def _watch(self, fn: Any, what: str) -> Any:
-        def watched(*args: Any, **kwargs: Any) -> Any:
-            if _called_from_candidate():
-                self.started.append(what)
-            return fn(*args, **kwargs)
-        return watched
-
-    def check(self) -> tuple[Reason, str] | None:
-        """A named reason when a timer was replaced or a thread/process was started."""
-        changed = [k for k, (o, a) in self._objs.items() if getattr(o, a) is not self._saved[k]]
-        if changed:
-            for k, (o, a) in self._objs.items():  # restore, so later candidates are timed right
-                setattr(o, a, self._saved[k])
-            return Reason.TIMER_TAMPERING, f"replaced {', '.join(changed)}"
-        if self.started:
-            what, self.started = sorted(set(self.started)), []
-            return Reason.THREADS, f"the candidate started {', '.join(what)}"
-        return None
 
 
 class Session:
@@ -159,7 +90,7 @@ class Session:
                            else self._compile_baseline() if config.measure_compile else None)
         self.reference_kernels, self.main_kernels = self._profile_reference()
         self._expected: dict[int, list[tuple[Any, ...]]] = {}
-        self.tamper = _Tamper()
+        self.tamper = Tamper()
         props = torch.cuda.get_device_properties(self.device)
         self.info = {
             "device": props.name, "sm_count": props.multi_processor_count,

@@ -15,6 +15,7 @@ from evokernel.config import EvalConfig, GateConfig, TimingConfig
 from evokernel.gate import GateReference
 from evokernel.problem import exec_module
 from evokernel.records import Candidate, Reason
+from evokernel.tamper import Tamper
 
 SOFTMAX = '''
 import torch, torch.nn as nn
@@ -132,7 +133,7 @@ def _session(policy="reject", floor_ms=1e-9):
     s.flusher, s.compile_ms, s._expected = None, None, {}
     s.floor_ms, s.bound, s.flops, s.min_bytes = floor_ms, "memory", 0, 1
     s.reference_kernels, s.main_kernels = [(ATEN_SOFTMAX, 10.0)], (ATEN_SOFTMAX,)
-    s.tamper = worker._Tamper()
+    s.tamper = Tamper()
     return s
 
 
