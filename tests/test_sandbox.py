@@ -1,6 +1,5 @@
 """Secrets stay away from LLM-written code: scrubbed environments, and a parent whose
 environment its children cannot read back through /proc."""
-import os
 import subprocess
 import sys
 
