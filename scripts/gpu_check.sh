@@ -4,7 +4,11 @@
 #
 #   scripts/gpu_check.sh STAGE[,STAGE...] [RESULTS_DIR]
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
-#           search:PROBLEM, mock, bench, gate-report, all
+#           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, all
+#   suite: `evokernel suite problems/` (each headline problem's seed kernel, eager and compile
+#          baselines) into RESULTS_DIR/suite.md/.json
+#   headline-mock: experiments/headline.py --mock-server on softmax (the LLM operators over HTTP
+#          against the fake OpenAI-compatible server, scripted CUDA), 3 generations
 #   gate-report: experiments/gate_report.py, every cheat and legitimate fixture in tests/kernels/
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
 #          (tests/test_gpu_gate_fixtures.py, the same run), so run it on its own:
@@ -75,10 +79,17 @@ mock() {  # the LLM operators against a scripted LLM (litellm mock_response), 3 
   timeout "$LIMIT" python3 experiments/mock_llm_search.py softmax --generations 3 \
     --no-compile-baseline --run-dir "$R/run_mock_llm" 2>&1 | tee "$R/run_mock_llm.txt" | tail -40
 }
+headline_mock() {
+  timeout "$LIMIT" python3 experiments/headline.py --mock-server --problems softmax \
+    --generations 3 --population 3 --offspring 3 --run-root "$R/headline_mock" 2>&1 \
+    | tee "$R/headline_mock.txt" | grep -v DEBUG | tail -30
+  $EK show "$R/headline_mock/softmax" >"$R/show_headline_mock.txt" 2>&1
+}
 CHECK_ARGS=${CHECK_ARGS:-}
 for s in ${stage//,/ }; do
   case "$s" in
-    prebuild) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt" ;;
+    prebuild) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py \
+                | tee "$R/prebuild.txt" ;;
     gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 \
                  | tee "$R/gpu_tests.txt" | tail -25 ;;
     checks) check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
@@ -86,10 +97,13 @@ for s in ${stage//,/ }; do
     check:*) p=${s#check:}; if [ "$p" = matmul ]; then check matmul tests/kernels/matmul_fp16.py; else check "$p"; fi ;;
     search:*) search "${s#search:}" ;;
     mock) mock ;;
+    headline-mock) headline_mock ;;
+    suite) timeout "$LIMIT" $EK suite problems/ -o "$R/suite" 2>&1 | tee "$R/suite.txt" | grep -v DEBUG | tail -25 ;;
     gate-report) timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report" \
                    2>&1 | tee "$R/gate_report.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -120 ;;
     bench) bench ;;
-    validate) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py | tee "$R/prebuild.txt"
+    validate) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py \
+                | tee "$R/prebuild.txt"
               python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
               check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
               check conv2d; check conv2d_relu_maxpool ;;
