@@ -1,9 +1,10 @@
 """Subprocess entry point of one candidate build (started by ``evokernel.build.Builder``).
 
-Usage: ``python -m evokernel._build_entry WORK_DIR CACHE_DIR ARCH``. Imports
-``WORK_DIR/candidate.py`` with ``load_inline`` routed through the build cache, prints tracebacks
-to stdout (the Builder's log), and writes ``WORK_DIR/result.json``: ok, cache_hit, build_dirs,
-flags. Exits with status 0 whenever the result was written, whatever the candidate did.
+Usage: ``python -m evokernel._build_entry WORK_DIR CACHE_DIR ARCH [trim|full]``. Imports
+``WORK_DIR/candidate.py`` with ``load_inline`` routed through the build cache (``trim``: with
+``<torch/extension.h>`` left out of ``cuda_sources``, see evokernel.build_headers), prints
+tracebacks to stdout (the Builder's log), and writes ``WORK_DIR/result.json``: ok, cache_hit,
+build_dirs, flags, trimmed (some build left the header out). Exits with status 0 whenever the result was written, whatever the candidate did.
 """
 from __future__ import annotations
 
@@ -43,13 +44,14 @@ def judge_import(calls: Sequence[Mapping[str, Any]], error: BaseException | None
 
 def main(argv: list[str]) -> None:
     work, cache_dir, arch = Path(argv[0]), Path(argv[1]), argv[2]
+    trim = len(argv) > 3 and argv[3] == "trim"
     from evokernel.build import patched_load_inline
     from evokernel.problem import exec_module
 
     source_path = work / "candidate.py"
     source = source_path.read_text(encoding="utf-8")
     error: BaseException | None = None
-    with patched_load_inline(cache_dir, arch) as patch:
+    with patched_load_inline(cache_dir, arch, trim_headers=trim) as patch:
         patch.announce = True
         try:
             exec_module(source, "evokernel_candidate", str(source_path))
@@ -65,7 +67,8 @@ def main(argv: list[str]) -> None:
     ok, flags = judge_import(calls, error)
     dirs = list(dict.fromkeys(c["build_dir"] for c in calls if c["build_dir"]))
     result = {"ok": ok, "cache_hit": bool(calls) and all(c["cache_hit"] for c in calls),
-              "build_dirs": dirs, "flags": flags}
+              "build_dirs": dirs, "flags": flags,
+              "trimmed": any(c.get("trimmed") for c in calls)}
     tmp = work / "result.json.tmp"
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, work / "result.json")

@@ -9,7 +9,10 @@ goes through ``_LoadInlinePatch``, which:
    binary (sources, flags, arch, torch / CUDA / nvcc versions), never a shared folder, so a
    killed build leaves no lock behind;
 3. names the extension ``<name>_<key[:12]>``, so many candidates coexist in one process;
-4. loads a finished build (marker file present) straight from its ``.so``, without ninja.
+4. loads a finished build (marker file present) straight from its ``.so``, without ninja;
+5. with ``trim_headers``, leaves ``#include <torch/extension.h>`` out of ``cuda_sources``
+   (2.4x faster ``.cu`` compiles; evokernel.build_headers), and ``Builder`` rebuilds with the
+   original source when that build fails on a missing declaration.
 
 ``Builder`` runs each candidate's import in a subprocess of its own session
 (``evokernel._build_entry``) and on timeout kills the whole session (ninja, nvcc, cicc, ptxas).
@@ -40,6 +43,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from loguru import logger
 
+from evokernel.build_headers import should_rebuild_full, trim_extension_include
 from evokernel.errors import ConfigError
 from evokernel.records import Candidate, Reason
 from evokernel.sandbox import worker_env  # noqa: F401  (re-exported: builds use it)
@@ -194,11 +198,12 @@ class _LoadInlinePatch:
     ``calls`` records one dict per call: name, key, build_dir, cache_hit, ok, flags, error.
     """
 
-    def __init__(self, cache_dir: Path, arch: str):
+    def __init__(self, cache_dir: Path, arch: str, trim_headers: bool = False):
         from torch.utils import cpp_extension
         _arch_digits(arch)
         self.cache_dir = Path(cache_dir)
         self.arch = arch
+        self.trim_headers = trim_headers
         self.calls: list[dict[str, Any]] = []
         self.announce = False       # print "evokernel: building ..." before each compile
         self._original = cpp_extension.load_inline
@@ -223,12 +228,15 @@ class _LoadInlinePatch:
             a["extra_include_paths"] = list(a.get("extra_include_paths") or []) + extra
         spec = {k: v for k, v in a.items()
                 if k not in ("build_directory", "verbose", "keep_intermediates", "use_pch")}
-        return a, notes, cache_key({**spec, **toolchain(), "arch": self.arch})
+        key = cache_key({**spec, **toolchain(), "arch": self.arch})   # of the source as given
+        if self.trim_headers and not a.get("no_implicit_headers"):
+            a["cuda_sources"], a["_trimmed"] = trim_extension_include(a.get("cuda_sources"))
+        return a, notes, key
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call: dict[str, Any] = {"name": str(kwargs.get("name", args[0] if args else "?")),
                                 "key": None, "build_dir": None, "cache_hit": True,
-                                "ok": False, "flags": [], "error": None}
+                                "ok": False, "flags": [], "error": None, "trimmed": False}
         self.calls.append(call)
         build_dir = None
         try:
@@ -265,26 +273,32 @@ class _LoadInlinePatch:
         if build_dir.exists():
             shutil.rmtree(build_dir)                 # partial build of a killed process
         build_dir.mkdir(parents=True)
+        call["trimmed"] = trimmed = a.pop("_trimmed", False)
         if self.announce:
-            print(f"evokernel: building {module_name} in {build_dir}", flush=True)
+            print(f"evokernel: building {module_name} in {build_dir}"
+                  + (" (<torch/extension.h> left out of cuda_sources)" if trimmed else ""),
+                  flush=True)
         t0 = time.perf_counter()
         module = self._original(**a)
         logger.debug(f"built {module_name} in {time.perf_counter() - t0:.1f} s")
         (build_dir / MARKER).write_text(json.dumps({"module_name": module_name, "key": call["key"],
-                                                    "flags": call["flags"]}, indent=1))
+                                                    "flags": call["flags"],
+                                                    "headers_trimmed": trimmed}, indent=1))
         return module
 
 
 @contextlib.contextmanager
-def patched_load_inline(cache_dir: Path, arch: str) -> Iterator[_LoadInlinePatch]:
-    """Route ``torch.utils.cpp_extension.load_inline`` through the build cache while active.
+def patched_load_inline(cache_dir: Path, arch: str, trim_headers: bool = False
+                        ) -> Iterator[_LoadInlinePatch]:
+    """Route ``torch.utils.cpp_extension.load_inline`` through the build cache while active;
+    ``trim_headers``: leave ``<torch/extension.h>`` out of new builds (evokernel.build_headers).
 
     Code that imported ``load_inline`` by name while active keeps the cached version afterwards.
     Yields: the patch; its ``calls`` list records every call (build folder, cache hit, flags).
     Raises: ValueError for a malformed ``arch``.
     """
     from torch.utils import cpp_extension
-    patch = _LoadInlinePatch(cache_dir, arch)
+    patch = _LoadInlinePatch(cache_dir, arch, trim_headers)
     previous = cpp_extension.load_inline
     cpp_extension.load_inline = patch
     try:
@@ -347,13 +361,16 @@ class Builder:
         timeout_s: wall-clock limit of one build, subprocess start-up included.
         workers: builds at once (threads, each waiting on one subprocess running ninja with
             MAX_JOBS=2); None: max(1, cpu_count // 2).
+        trim_headers: leave ``#include <torch/extension.h>`` out of ``cuda_sources`` (see
+            evokernel.build_headers); a trimmed build that fails on a missing declaration is
+            built again from the original source, and its flags say so.
     Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
     touch the GPU, so they cannot disturb timings on it.
     Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
     """
 
     def __init__(self, cache_dir: Path, *, arch: str, timeout_s: float,
-                 workers: int | None = None):
+                 workers: int | None = None, trim_headers: bool = True):
         _arch_digits(arch)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -362,6 +379,7 @@ class Builder:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.cache_dir = Path(cache_dir).resolve()
         self.arch, self.timeout_s, self.workers = arch, float(timeout_s), workers
+        self.trim_headers = trim_headers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="build")
 
     def __enter__(self) -> "Builder":
@@ -413,8 +431,16 @@ class Builder:
             shutil.rmtree(work)
         work.mkdir(parents=True)
         (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
-        timed_out, rc = self._run(work)
+        timed_out, rc = self._run(work, self.trim_headers)
         log = (work / "build.log").read_text(errors="replace")
+        retry = []
+        if not timed_out and self.trim_headers and _trimmed_and_failed(done, log):
+            logger.info(f"candidate {candidate.id}: the build without <torch/extension.h> "
+                        "failed on a missing declaration; building the original source")
+            done.unlink(missing_ok=True)
+            timed_out, rc = self._run(work, False, time.perf_counter() - t0)
+            log = (work / "build.log").read_text(errors="replace")
+            retry = ["headers: rebuilt with <torch/extension.h> (the trimmed build failed)"]
         build_s = time.perf_counter() - t0
         if timed_out:
             dirs = re.findall(r"^evokernel: building \S+ in (\S+)$", log, re.MULTILINE)
@@ -433,28 +459,38 @@ class Builder:
         logger.debug(f"candidate {candidate.id}: ok={r['ok']} in {build_s:.1f} s")
         return BuildResult(candidate.id, r["ok"], None if r["ok"] else Reason.BUILD_ERROR,
                            build_s, bool(r["ok"] and r["cache_hit"]), _tail(log),
-                           tuple(r["build_dirs"]), tuple(r["flags"]))
+                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry))
 
-    def _run(self, work: Path) -> tuple[bool, int | None]:
-        """Run the build entry point in a session of its own; kill the session when it ends or
-        times out. Returns: (timed_out, exit status)."""
+    def _run(self, work: Path, trim: bool, spent_s: float = 0.0) -> tuple[bool, int | None]:
+        """Run the build entry point in a session of its own, with ``timeout_s - spent_s`` left;
+        kill the session when it ends or times out. Returns: (timed_out, exit status)."""
         env = worker_env()
         env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
                    TORCH_CUDA_ARCH_LIST=self.arch,
                    TORCH_EXTENSIONS_DIR=str(self.cache_dir / "torch_extensions"))
         cmd = [sys.executable, "-m", "evokernel._build_entry", str(work), str(self.cache_dir),
-               self.arch]
+               self.arch, "trim" if trim else "full"]
         with open(work / "build.log", "wb") as log:
             proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
-                return False, proc.wait(timeout=self.timeout_s)
+                return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
             except subprocess.TimeoutExpired:
                 return True, None
             finally:
                 kill_session(proc.pid)               # also strays of a finished build
                 proc.wait()
+
+
+def _trimmed_and_failed(result_file: Path, log: str) -> bool:
+    """A build's result.json says it failed after trimming headers, and its log has a compiler
+    message that a missing declaration can cause (build_headers.should_rebuild_full)."""
+    try:
+        r = json.loads(result_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return not r.get("ok") and bool(r.get("trimmed")) and should_rebuild_full(log)
 
 
 def kill_session(sid: int, rounds: int = 10) -> int:

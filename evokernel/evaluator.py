@@ -91,7 +91,8 @@ class CudaEvaluator:
         self.problem, self.config = problem, config
         self.arch = device_arch()
         self.builder = Builder(config.cache_path, arch=self.arch,
-                               timeout_s=config.build_timeout_s, workers=config.build_workers)
+                               timeout_s=config.build_timeout_s, workers=config.build_workers,
+                               trim_headers=config.trim_headers)
         devices = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
         setup = {"kind": "setup", "arch": self.arch,
                  "problem": {"name": problem.name, "path": str(problem.path),

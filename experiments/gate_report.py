@@ -159,7 +159,7 @@ def evaluate(fixtures: list[Fixture], config: Any, out: Path, prebuild: bool = T
     def build_all() -> None:
         t0 = time.perf_counter()
         with Builder(config.cache_path, arch=device_arch(), timeout_s=config.build_timeout_s,
-                     workers=config.build_workers) as builder:
+                     workers=config.build_workers, trim_headers=config.trim_headers) as builder:
             builds = builder.build_many(list(cands.values()))
         print(f"built {len(builds)} fixtures in {time.perf_counter() - t0:.1f} s "
               f"({sum(not b.cache_hit for b in builds)} compiled)", flush=True)

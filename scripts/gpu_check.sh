@@ -4,7 +4,8 @@
 #
 #   scripts/gpu_check.sh STAGE[,STAGE...] [RESULTS_DIR]
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
-#           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, all
+#           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, prebuild-ab, all
+#   prebuild-ab: the seeds and fixtures built cold twice, with and without <torch/extension.h>
 #   suite: `evokernel suite problems/` (each headline problem's seed kernel, eager and compile
 #          baselines) into RESULTS_DIR/suite.md/.json
 #   headline-mock: experiments/headline.py --mock-server on softmax (the LLM operators over HTTP
@@ -90,6 +91,11 @@ for s in ${stage//,/ }; do
   case "$s" in
     prebuild) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py \
                 | tee "$R/prebuild.txt" ;;
+    prebuild-ab)  # the same 14 files built cold with and without <torch/extension.h>, 8 at once
+              for h in full trimmed; do rm -rf "/tmp/evokernel-ab-$h"
+                python3 scripts/prebuild.py --cache "/tmp/evokernel-ab-$h" $([ $h = full ] && echo --full-headers) \
+                  problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py | tee "$R/prebuild_$h.txt" | tail -1
+              done ;;
     gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 \
                  | tee "$R/gpu_tests.txt" | tail -25 ;;
     checks) check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py

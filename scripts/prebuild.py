@@ -1,9 +1,12 @@
 """Build candidate files in parallel into the build cache, and print each build's time, split
 into its compile steps (from ninja's own log: the .cu file, the generated main.cpp, the link).
 
-    python scripts/prebuild.py KERNEL.py [KERNEL.py ...]
+    python scripts/prebuild.py [--full-headers] [--cache DIR] KERNEL.py [KERNEL.py ...]
+
+--full-headers builds the sources as written (EvalConfig.trim_headers=False; see
+evokernel.build_headers), --cache DIR into another cache (e.g. a fresh one for a cold A/B).
 """
-import sys
+import argparse
 import time
 from pathlib import Path
 
@@ -11,11 +14,18 @@ from evokernel.build import Builder, device_arch
 from evokernel.config import EvalConfig
 from evokernel.records import Candidate
 
-files = [Path(f) for f in sys.argv[1:] if not f.endswith("__init__.py")]
-cfg = EvalConfig()
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("kernels", nargs="+", type=Path, help="candidate files (KernelBench format)")
+ap.add_argument("--full-headers", action="store_true",
+                help="build the sources as written (no <torch/extension.h> trimming)")
+ap.add_argument("--cache", help="build cache folder (default: evokernel's)")
+args = ap.parse_args()
+full = args.full_headers
+files = [f for f in args.kernels if f.name != "__init__.py"]
+cfg = EvalConfig(trim_headers=not full, cache_dir=args.cache)
 t0 = time.perf_counter()
 with Builder(cfg.cache_path, arch=device_arch(), timeout_s=cfg.build_timeout_s,
-             workers=cfg.build_workers) as builder:
+             workers=cfg.build_workers, trim_headers=cfg.trim_headers) as builder:
     results = builder.build_many([Candidate(source=f.read_text()) for f in files])
 
 
@@ -39,4 +49,5 @@ for f, r in zip(files, results):
         print(f"    steps: {ninja_steps(r.build_dirs)}")
     if not r.ok:
         print(r.log[-1500:])
-print(f"{len(files)} builds in {time.perf_counter() - t0:.1f} s wall on {builder.workers} workers")
+print(f"{len(files)} builds in {time.perf_counter() - t0:.1f} s wall on {builder.workers} workers"
+      f" ({'full headers' if full else 'trimmed headers'})")

@@ -192,7 +192,7 @@ def cuda_deps(plan: BenchPlan) -> BenchDeps:
 
     def prebuild(cands: Sequence[Candidate], config: EvalConfig) -> list[Any]:
         with Builder(config.cache_path, arch=device_arch(), timeout_s=config.build_timeout_s,
-                     workers=config.build_workers) as b:
+                     workers=config.build_workers, trim_headers=config.trim_headers) as b:
             return b.build_many(cands)
 
     def do_bench(spec: dict[str, Any]) -> dict[str, Any]:
