@@ -32,7 +32,7 @@
    process also times them with evokernel's own method, which tells a method difference from a
    process-to-process one.
 3. **Faults** are ``tests/test_gpu_faults.py`` (``gpu``-marked; passes on the H200,
-   ``results/h200-2026-11-30/gpu_faults.txt``); the report references it, and ``--phases faults``
+   ``plan.FAULTS_EVIDENCE``); the report references it, and ``--phases faults``
    runs it.
 
 Each benchmark writes ``bench_<name>.json`` and ``bench_<name>.md`` under the results folder

@@ -30,6 +30,8 @@ MAX_DO_BENCH_DISAGREEMENT = 0.03
 #: two device synchronizes and two event records. Used only by the gate/time estimate.
 TRIAL_OVERHEAD_MS = 0.1
 FAULTS_TEST = "tests/test_gpu_faults.py"
+#: Its latest passing H200 run, run among all gpu-marked tests by scripts/gpu_check.sh.
+FAULTS_EVIDENCE = "results/h200-2026-11-30-s2/gpu_tests.txt"
 
 
 # -- tune variants of the seed kernels --------------------------------------------------------
@@ -219,11 +221,14 @@ class BenchPlan:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Today's H200 costs behind the estimate (results/h200-2026-11-30, 16 cores).
+    """Today's H200 costs behind the estimate (results/h200-2026-11-30 and -s2, 16 cores).
 
-    build_single_s: one build alone (run_softmax generation 0: 54.5 s; 4 at once: 53-58 s).
+    build_single_s: one build alone, <torch/extension.h> trimmed (EvalConfig.trim_headers):
+        31.2 s (the bench's sequential layernorm seed, results/h200-2026-11-30-s2); with the
+        header it was 54.5 s (run_softmax generation 0, results/h200-2026-11-30).
     build_crowding: per-build latency = build_single_s x max(1, crowding x 2 x workers / cores):
-        8 builds at once (MAX_JOBS=2 each) on 16 cores took 60.5-62.9 s (prebuild.txt) -> 1.1.
+        8 trimmed builds at once (MAX_JOBS=2 each) on 16 cores took 30-36 s
+        (prebuild_trimmed.txt) -> 1.1.
     eval_s: gate + time of one candidate (run stores: 0.3-3.9 s, mostly 0.4-1.5 s).
     setup_s, setup_cpu_s: one CudaEvaluator's set-up (worker start, fp64 truths, floor;
         9-16 s from the runs' logs) and the CPU seconds of it that k concurrent set-ups share
@@ -235,7 +240,7 @@ class CostModel:
     faults_s: tests/test_gpu_faults.py (56 s with warm builds, ~190 s cold with the 30 s hang).
     """
 
-    build_single_s: float = 55.0
+    build_single_s: float = 31.0
     build_crowding: float = 1.1
     eval_s: float = 1.2
     setup_s: float = 12.0

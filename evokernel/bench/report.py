@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from evokernel.bench.plan import (FAULTS_TEST, MAX_DO_BENCH_DISAGREEMENT, MAX_SPEEDUP_SPREAD,
-                                  THROUGHPUT_PHASES, TRIAL_OVERHEAD_MS)
+from evokernel.bench.plan import (FAULTS_EVIDENCE, FAULTS_TEST, MAX_DO_BENCH_DISAGREEMENT,
+                                  MAX_SPEEDUP_SPREAD, THROUGHPUT_PHASES, TRIAL_OVERHEAD_MS)
 
 
 def _f(x: float | None, spec: str = ".1f") -> str:
@@ -124,8 +124,8 @@ def faults_markdown(report: Mapping[str, Any]) -> str:
              "out-of-bounds write, a host segfault, a GPU out-of-memory and a compile error with "
              "two good kernels; every good kernel must be accepted with its time, every bad one "
              "get its reason (timeout, cuda_fault, worker_crash, out_of_memory, build_error), and "
-             "the engine must end with no worker alive. It passed on the H200 on 2026-11-30 "
-             "(`results/h200-2026-11-30/gpu_faults.txt`).", "",
+             "the engine must end with no worker alive. Its latest H200 run passed "
+             f"(`{FAULTS_EVIDENCE}`, with the other gpu-marked tests).", "",
              f"Run it: `python -m pytest -q -m gpu {FAULTS_TEST}` (or `evokernel bench --phases "
              "faults`)."]
     if report.get("skipped"):
@@ -165,7 +165,7 @@ def summary_table(throughput: Mapping[str, Any] | None, fidelity: Mapping[str, A
                          f"{_ok(r['agreement_ok'])} |")
     if faults is not None:
         result = ("PASS" if faults.get("passed") else "FAIL") if faults.get("ran") \
-            else "see gpu_faults.txt"
+            else "not run in this call (bench_faults.md)"
         lines.append(f"| faults | {FAULTS_TEST} | every reason named | {result} |")
     return "\n".join(lines)
 

@@ -13,7 +13,8 @@ from loguru import logger
 
 from evokernel.bench.deps import BenchDeps, _cache_dir, _Clock, fresh_dir
 from evokernel.bench.fidelity import _fidelity_phase, run_do_bench_process
-from evokernel.bench.plan import (FAULTS_TEST, BenchPlan, Variant, engine_build_workers,
+from evokernel.bench.plan import (FAULTS_EVIDENCE, FAULTS_TEST, BenchPlan, Variant,
+                                  engine_build_workers,
                                   estimate_wall_s, throughput_variants)
 from evokernel.bench.report import (_load_report, _write, faults_markdown, fidelity_markdown,
                                     summary_table, throughput_markdown)
@@ -127,7 +128,7 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
             tp["skipped"].append(skip_note("sequential", per + cost.setup_s))
         save_throughput()
     faults: dict[str, Any] = {"test": FAULTS_TEST, "ran": False,
-                              "evidence": "results/h200-2026-11-30/gpu_faults.txt"}
+                              "evidence": FAULTS_EVIDENCE}
     earlier_faults = _load_report(results_dir, "faults")
     if "faults" not in plan.phases and earlier_faults and earlier_faults.get("ran"):
         faults = earlier_faults                     # keep an earlier call's run of the test
