@@ -128,6 +128,9 @@ class EvalResult:
     (evokernel.timing). ``reference_ms`` is PyTorch eager with TF32 off, ``compile_ms`` is
     ``torch.compile`` (default mode), ``floor_ms`` the physical floor (evokernel.floor).
     Error ratios are the worst over all checks; ``tolerance_factor`` is the bound they must meet.
+    ``eval_s`` is the wall seconds the GPU worker spent on the candidate (load, gate, anti-cheat
+    checks, timing); ``time_s`` the part of it in the timing loop (reference and candidate
+    interleaved, warm-up included), None when the candidate was not timed.
     """
 
     candidate_id: str
@@ -145,6 +148,7 @@ class EvalResult:
     floor_ms: float | None = None
     build_s: float | None = None
     eval_s: float | None = None
+    time_s: float | None = None
     checks: tuple[ErrorCheck, ...] = ()
     flags: tuple[str, ...] = ()
     log: str = ""                       # compiler output or traceback tail, when there is one

@@ -256,13 +256,15 @@ class Session:
             kept[i % n] = out
             return out
 
+        t_time = time.perf_counter()
         with strict_fp32(), torch.no_grad():
             stats = time_interleaved(
                 {"reference": lambda i: self.ref.model(*sets[i % n]),
                  "candidate": timed_candidate},
                 self.config.timing, device=self.device, flush=self.flusher)
         ref_ms, cand_ms = stats["reference"].median_ms, stats["candidate"].median_ms
-        timed = dict(common, reference_ms=ref_ms, candidate_ms=cand_ms)
+        timed = dict(common, reference_ms=ref_ms, candidate_ms=cand_ms,
+                     time_s=time.perf_counter() - t_time)
         tampered = self.tamper.check()
         if tampered:
             return EvalResult.failure(cand.id, tampered[0], tampered[1], **timed)

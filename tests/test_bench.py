@@ -3,6 +3,7 @@ whole run with a fake engine and clock, the do_bench process's measurement with 
 and the command line (including the message shown without a GPU)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -140,10 +141,14 @@ def test_gate_and_time_split_is_estimated_from_trials():
     assert split_eval_s(EvalResult.failure("d", Reason.BUILD_ERROR, "x")) == (None, None, False)
 
 
-def test_gate_and_time_split_uses_measured_fields_when_present():
-    class Measured:
-        gate_s, time_s, eval_s = 0.25, 0.5, 0.8
-    assert split_eval_s(Measured()) == (0.25, 0.5, True)          # type: ignore[arg-type]
+def test_gate_and_time_split_uses_the_recorded_timing_seconds():
+    r = dataclasses.replace(_ok("a", eval_s=0.8), time_s=0.5)
+    gate, timed, measured = split_eval_s(r)
+    assert measured and timed == pytest.approx(0.5) and gate == pytest.approx(0.3)
+    round_trip = EvalResult.from_dict(r.to_dict())               # the run store keeps it
+    assert round_trip.time_s == 0.5
+    legacy = {k: v for k, v in r.to_dict().items() if k != "time_s"}   # older stores
+    assert EvalResult.from_dict(legacy).time_s is None
 
 
 def test_phase_stats_arithmetic():

@@ -36,18 +36,18 @@ def split_eval_s(r: EvalResult, timing: TimingConfig = TimingConfig()
                  ) -> tuple[float | None, float | None, bool]:
     """(gate_s, time_s, measured) of one result's ``eval_s``.
 
-    Measured when the result carries ``gate_s`` and ``time_s`` (a worker that records them).
-    Otherwise estimated: the timing loop costs, for the reference and the candidate each,
+    Measured when the result carries ``time_s`` (the worker records it since 2026-11-30): the
+    gate is then ``eval_s - time_s``. Otherwise (older run stores) estimated: the timing loop costs, for the reference and the candidate each,
     max(warmup_ms, 2 x its median) of warm-up plus trials x (median + TRIAL_OVERHEAD_MS), with
     the trial count from the detail text ("N trials"; min_trials when absent); the rest of
     eval_s (module load, gate, anti-cheat) is the gate. A result without times spent it all in
     the gate. Returns (None, None, False) when eval_s is None.
     """
-    gate, timed = getattr(r, "gate_s", None), getattr(r, "time_s", None)
-    if gate is not None and timed is not None:
-        return float(gate), float(timed), True
     if r.eval_s is None:
         return None, None, False
+    if r.time_s is not None:
+        t_s = min(float(r.time_s), r.eval_s)
+        return r.eval_s - t_s, t_s, True
     if not r.reference_ms or not r.candidate_ms:
         return r.eval_s, 0.0, False
     n = _trials(r.detail) or timing.min_trials
