@@ -9,250 +9,37 @@ has already imported the problem module, does::
     result = outcome.to_eval_result(candidate.id)
 
 The reference (``Model`` in strict FP32), its float64 truth, and every input set are computed once
-per problem and reused for every candidate; a candidate always runs on fresh clones. The maths
-and thresholds live in evokernel.gate_math; running candidate code (strict FP32, poisoned free
-memory, launch checks, profiling) in evokernel.gate_run; the source scan in evokernel.scan.
+per problem and reused for every candidate; a candidate always runs on fresh clones. This module
+judges a candidate (gate_candidate, GateOutcome); building the reference side (GateReference,
+GateSet, align_parameters, perturb_constant_parameters) lives in evokernel.gate_reference and is
+re-exported here. The maths and thresholds live in evokernel.gate_math; running candidate code
+(strict FP32, poisoned free memory, launch checks, profiling) in evokernel.gate_run; the source
+scan in evokernel.scan.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from loguru import logger
 
 from evokernel import gate_math as gm
-from evokernel.config import GateConfig
-from evokernel.distributions import draw_inputs
-from evokernel.errors import ProblemError
-from evokernel.gate_run import is_strict_fp32, run_candidate, strict_fp32  # noqa: F401
+from evokernel.gate_reference import (PERTURB_SPREAD, GateReference, GateSet, align_parameters,
+                                      perturb_constant_parameters)
+from evokernel.gate_run import is_strict_fp32, run_candidate, strict_fp32
 from evokernel.records import ErrorCheck, EvalResult, Reason, Verdict
 from evokernel.scan import scan_source
 
+# The reference side (evokernel.gate_reference) and strict FP32 (evokernel.gate_run) are
+# re-exported, so ``from evokernel.gate import GateReference, strict_fp32`` keeps working.
+__all__ = ["LP_SCAN_FAMILIES", "GateOutcome", "gate_candidate", "numbers",
+           "PERTURB_SPREAD", "GateReference", "GateSet", "align_parameters",
+           "perturb_constant_parameters", "is_strict_fp32", "strict_fp32"]
+
 #: Source-scan families that mean a lower-precision format is used somewhere (evokernel.scan).
 LP_SCAN_FAMILIES = ("fp16", "bf16", "fp8", "tf32", "autocast", "mathmode")
-
-#: Relative spread of the values given to constant parameters (perturb_constant_parameters).
-PERTURB_SPREAD = 0.1
-_PERTURB_SEED = 20261130
-
-
-def align_parameters(model: torch.nn.Module, model_new: torch.nn.Module) -> bool:
-    """Load ``model``'s state_dict into ``model_new`` when their keys and shapes match, so both
-    use identical weights. Otherwise leave ``model_new`` as built (both were constructed under
-    ``torch.manual_seed(0)``, see GateReference.new_candidate). Returns whether it loaded."""
-    sd, sd_new = model.state_dict(), model_new.state_dict()
-    if not sd or sd.keys() != sd_new.keys() or any(
-            sd[k].shape != sd_new[k].shape for k in sd):
-        logger.debug("align_parameters: state_dicts differ; ModelNew keeps its own weights")
-        return False
-    model_new.load_state_dict(sd)
-    return True
-
-
-def perturb_constant_parameters(model: torch.nn.Module, spread: float = PERTURB_SPREAD,
-                                seed: int = _PERTURB_SEED) -> tuple[str, ...]:
-    """Give every floating-point parameter of ``model`` whose elements are all equal (and that
-    has more than one) random values around that constant, in place: ``c + spread * s * z``
-    with z ~ N(0, 1) from a generator seeded with ``seed`` and the parameter's name (so every
-    worker draws the same values), s = |c|, or 1 when c = 0. LayerNorm's weight = 1 and
-    bias = 0 become 1 + 0.1 z and 0.1 z, so a kernel that skips the affine step is wrong.
-    Buffers (BatchNorm running statistics, masks) are left alone.
-    Returns: the names of the parameters changed, in order.
-    """
-    changed = []
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not p.is_floating_point() or p.numel() < 2:
-                continue
-            flat = p.detach().reshape(-1)
-            if not bool((flat == flat[0]).all()):
-                continue
-            c = float(flat[0])
-            g = torch.Generator().manual_seed(seed + sum(name.encode()))
-            z = torch.randn(tuple(p.shape), generator=g, dtype=torch.float64)
-            p.copy_((c + spread * (abs(c) if c else 1.0) * z).to(p.dtype))
-            changed.append(name)
-    return tuple(changed)
-
-
-@dataclass(frozen=True)
-class GateSet:
-    """One (distribution, seed) input set with its float64 truth, computed once per problem.
-
-    ``inputs`` live on the device and are never handed to a candidate (it gets clones).
-    ``truths`` are float64, one per output; ``stats`` their TruthStats; ``reference_errors`` is
-    PyTorch's strict-FP32 (norm-wise, max) error per output; ``dtypes`` the reference's output
-    dtypes; ``representable`` the share of the reference's first output exactly representable in
-    fp16/bf16 (gate_math.representable_fraction); ``fingerprints`` the truths' (gate_math)."""
-
-    distribution: str
-    seed: int
-    inputs: tuple[Any, ...]
-    truths: tuple[torch.Tensor, ...]
-    stats: tuple[gm.TruthStats, ...]
-    reference_errors: tuple[tuple[float, float], ...]
-    dtypes: tuple[torch.dtype, ...]
-    representable: dict[str, float]
-    fingerprints: tuple[tuple[float, float, float], ...]
-
-
-class GateReference:
-    """Everything about one problem the gate needs, built once per worker: the reference model,
-    its init inputs, and the cached input sets with truths. Not thread-safe."""
-
-    def __init__(self, module: Any, config: GateConfig, device: torch.device,
-                 model: torch.nn.Module, init_inputs: list, sets: tuple[GateSet, ...],
-                 skipped: tuple[tuple[str, str], ...], multi_output: bool,
-                 device_out: torch.device, declared: tuple[str, ...] | None = None,
-                 perturbed: tuple[str, ...] = ()):
-        self.module, self.config, self.device = module, config, device
-        self.model, self.init_inputs = model, init_inputs
-        self.sets, self.skipped = sets, skipped
-        self.multi_output, self.output_device = multi_output, device_out
-        self.declared, self.perturbed = declared, perturbed
-        self._lp_cache: dict[tuple[int, str], tuple[torch.Tensor, ...] | None] = {}
-        self._unperturbed: GateReference | None = None
-
-    @classmethod
-    def build(cls, module: Any, config: GateConfig, device: str | torch.device,
-              declared: tuple[str, ...] | None = None) -> "GateReference":
-        """Construct ``Model(*get_init_inputs())`` under ``torch.manual_seed(0)`` on ``device``
-        and, for each distribution (config's, narrowed to ``declared`` when given, "problem"
-        first) and each seed, draw inputs, the float64 truth and PyTorch's own strict-FP32 error.
-        With ``config.perturb_constant_parameters`` the model's constant parameters get random
-        values first (perturb_constant_parameters; their names in ``.perturbed``).
-
-        A set on which the truth or PyTorch's FP32 output is non-finite is skipped and recorded
-        in ``.skipped`` as ("<distribution> seed <seed>", why) pairs (``dict()``-able).
-        Memory, per set: the inputs plus a float64 truth (2x an FP32 output), on ``device``.
-        Raises: ProblemError when the model's output is not a tensor (or tuple of tensors), or
-        when every set is skipped.
-        """
-        device = torch.device(device)
-        names = [d for d in config.distributions if declared is None or d in declared]
-        if not names:
-            logger.warning("no configured distribution is declared by the problem; using {}",
-                           declared)
-            names = list(declared or ("problem",))
-        names.sort(key=lambda d: d != "problem")
-        torch.manual_seed(0)
-        init_inputs = list(module.get_init_inputs())
-        torch.manual_seed(0)
-        model = module.Model(*init_inputs).to(device)
-        perturbed = (perturb_constant_parameters(model) if config.perturb_constant_parameters
-                     else ())
-        if perturbed:
-            logger.info("gate: constant parameters given random values: {}", perturbed)
-        model64 = copy.deepcopy(model).double()
-        sets, skipped, multi, out_device = [], [], False, device
-        for name in names:
-            for seed in config.seeds:
-                inputs = tuple(_to_device(draw_inputs(module, name, seed), device))
-                with strict_fp32(), torch.no_grad():
-                    raw = model(*inputs)
-                    ref_out = _as_outputs(raw, module)
-                    truths = _as_outputs(_run_fp64(model64, inputs), module)
-                why = gm.nonfinite_reason(ref_out, truths)
-                if why:
-                    skipped.append((f"{name} seed {seed}", why))
-                    logger.info("gate: skipping {} seed {}: {}", name, seed, why)
-                    continue
-                multi, out_device = not isinstance(raw, torch.Tensor), ref_out[0].device
-                stats = tuple(gm.truth_stats(t) for t in truths)
-                errs = tuple(gm.error_stats(o, t, t_norm=s.norm)
-                             for o, t, s in zip(ref_out, truths, stats))
-                rep = ({f: gm.representable_fraction(ref_out[0], f) for f in ("fp16", "bf16")}
-                       if ref_out[0].dtype == torch.float32 else {})
-                sets.append(GateSet(name, seed, inputs, tuple(t.detach() for t in truths),
-                                    stats, errs, tuple(o.dtype for o in ref_out), rep,
-                                    tuple(gm.fingerprint(t) for t in truths)))
-                del ref_out
-        if not sets:
-            raise ProblemError(f"{getattr(module, '__file__', module)}: the reference is "
-                               f"non-finite on every input set ({dict(skipped)})")
-        return cls(module, config, device, model, init_inputs, tuple(sets), tuple(skipped),
-                   multi, out_device, declared, perturbed)
-
-    @property
-    def distributions(self) -> tuple[str, ...]:
-        """The distributions actually checked, in order (skipped sets excluded)."""
-        return tuple(dict.fromkeys(s.distribution for s in self.sets))
-
-    def fresh_inputs(self, seed: int) -> list:
-        """A new input set from the problem's own distribution with ``seed``, on the device: for
-        timing, which rotates sets so cached outputs cannot help (use seeds the gate does not)."""
-        return _to_device(draw_inputs(self.module, "problem", seed), self.device)
-
-    def timing_input_sets(self, n: int, first_seed: int = 1000) -> list[list]:
-        """``n`` fresh input sets (fresh_inputs with seeds first_seed, first_seed + 1, ...)."""
-        return [self.fresh_inputs(first_seed + i) for i in range(n)]
-
-    def new_candidate(self, model_new_cls: Callable[..., torch.nn.Module]) -> torch.nn.Module:
-        """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, with the
-        reference's weights loaded when the state_dicts match (align_parameters)."""
-        torch.manual_seed(0)
-        model_new = model_new_cls(*self.init_inputs).to(self.device)
-        align_parameters(self.model, model_new)
-        return model_new
-
-    def prepare_candidate(self, model_new_cls: Callable[..., torch.nn.Module]
-                          ) -> tuple[torch.nn.Module, "GateReference"]:
-        """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, and the
-        reference to judge it against: this one when the state_dicts match (the reference's
-        weights, perturbed ones included, are loaded into it) or nothing was perturbed; else
-        the unperturbed reference (built on first use, then cached), since such a candidate
-        keeps its own, constant, parameters.
-        Raises: whatever ModelNew(...) raises."""
-        torch.manual_seed(0)
-        model_new = model_new_cls(*self.init_inputs).to(self.device)
-        if align_parameters(self.model, model_new) or not self.perturbed:
-            return model_new, self
-        logger.info("gate: ModelNew's parameters do not match the reference's; judging it "
-                    "against the unperturbed reference")
-        return model_new, self.unperturbed()
-
-    def unperturbed(self) -> "GateReference":
-        """This problem's reference without perturbed parameters (self when none were)."""
-        if not self.perturbed:
-            return self
-        if self._unperturbed is None:
-            config = dataclasses.replace(self.config, perturb_constant_parameters=False)
-            self._unperturbed = GateReference.build(self.module, config, self.device,
-                                                    self.declared)
-        return self._unperturbed
-
-    def lower_precision_truths(self, index: int, fmt: str) -> tuple[torch.Tensor, ...] | None:
-        """Float64 truth of set ``index`` with every FP32 input, parameter and buffer first
-        rounded to ``fmt`` (a gate_math.LP_TRUTHS name). Computed on first use and cached: one
-        float64 output per (set, name), for set 0 and at most one other set (older ones are
-        dropped), so at most 8 float64 outputs. None when the model cannot run on the rounded
-        values.
-        """
-        key = (index, fmt)
-        if key not in self._lp_cache:
-            held = {i for i, _ in self._lp_cache} - {0, index}
-            for old in [k for k in self._lp_cache if k[0] in held]:
-                del self._lp_cache[old]
-            gs = self.sets[index]
-            try:
-                rounded = copy.deepcopy(self.model)
-                with torch.no_grad():
-                    for t in [*rounded.parameters(), *rounded.buffers()]:
-                        if t.dtype == torch.float32:
-                            t.copy_(gm.round_to_format(t, fmt))
-                    inputs = gm.map_tensors(gs.inputs, lambda x: gm.round_to_format(x, fmt)
-                                          if x.dtype == torch.float32 else x)
-                    self._lp_cache[key] = _as_outputs(_run_fp64(rounded.double(), inputs),
-                                                      self.module)
-            except Exception as e:  # a model that rejects the values: no such truth
-                logger.warning("gate: no {} truth for {} seed {}: {}", fmt, gs.distribution,
-                               gs.seed, e)
-                self._lp_cache[key] = None
-        return self._lp_cache[key]
 
 
 @dataclass(frozen=True)
@@ -558,32 +345,3 @@ class _Judge:
             why, ratios = again.detail.split(";")[0], (None, None)
         return self.outcome(False, Reason.NONDETERMINISTIC, "a second run on the same inputs "
                             f"fails ({why})", where=(gs.distribution, gs.seed), ratios=ratios)
-
-
-def _as_outputs(raw: Any, module: Any) -> tuple[torch.Tensor, ...]:
-    outs = (raw,) if isinstance(raw, torch.Tensor) else tuple(raw) if isinstance(
-        raw, (tuple, list)) else None
-    if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
-        raise ProblemError(f"{getattr(module, '__file__', module)}: Model.forward must return a "
-                           f"tensor or a tuple of tensors, got {gm.describe(raw)}")
-    return outs
-
-
-def _to_device(inputs: list, device: torch.device) -> list:
-    return gm.map_tensors(list(inputs), lambda t: t.to(device))
-
-
-def _run_fp64(model64: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
-    """``model64`` (already .double()) on the inputs upcast to float64; on the CPU when the
-    device has no float64 kernel for an op (the truth is moved back to the device)."""
-    with torch.no_grad():
-        try:
-            return model64(*gm.map_tensors(inputs, gm.upcast))
-        except (RuntimeError, NotImplementedError) as e:
-            device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
-            if device is None or device.type == "cpu":
-                raise
-            logger.warning("float64 truth on {} failed ({}); computing it on the CPU", device, e)
-            cpu = copy.deepcopy(model64).cpu()
-            out = cpu(*gm.map_tensors(inputs, lambda t: gm.upcast(t).cpu()))
-            return gm.map_tensors(out, lambda t: t.to(device))

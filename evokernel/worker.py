@@ -60,7 +60,8 @@ class Session:
     def __init__(self, problem: dict[str, Any], config: EvalConfig, arch: str):
         import torch
         from evokernel import floor as floor_mod
-        from evokernel.gate import GateReference, strict_fp32
+        from evokernel.gate import strict_fp32
+        from evokernel.gate_reference import GateReference
         from evokernel.problem import exec_module
         from evokernel.timing import L2Flusher
 

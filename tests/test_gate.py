@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from evokernel import gate_math as gm
 from evokernel.config import KNOWN_DISTRIBUTIONS, GateConfig
 from evokernel.errors import ProblemError
-from evokernel.gate import (GateReference, align_parameters, gate_candidate, is_strict_fp32,
-                            strict_fp32)
+from evokernel.gate import gate_candidate, is_strict_fp32, strict_fp32
+from evokernel.gate_reference import GateReference, align_parameters
 from evokernel.problem import exec_module
 from evokernel.records import EvalResult, Reason, Verdict
 
@@ -241,6 +241,17 @@ def test_strict_fp32_restores_settings():
                 assert is_strict_fp32()
                 raise KeyError
         assert torch.backends.cuda.matmul.allow_tf32 is True
+
+
+def test_gate_reexports_the_reference_side():
+    """The reference side moved to evokernel.gate_reference; evokernel.gate still exports it."""
+    from evokernel import gate, gate_reference, gate_run
+    for name in ("GateReference", "GateSet", "align_parameters", "perturb_constant_parameters",
+                 "PERTURB_SPREAD"):
+        assert getattr(gate, name) is getattr(gate_reference, name)
+    assert gate.strict_fp32 is gate_run.strict_fp32
+    assert gate.is_strict_fp32 is gate_run.is_strict_fp32
+    assert all(hasattr(gate, name) for name in gate.__all__)
 
 
 # --- honest FP32 variants pass -------------------------------------------------------------------

@@ -15,7 +15,8 @@ from evokernel import fallback
 from evokernel import gate_math as gm
 from evokernel.config import GateConfig
 from evokernel.errors import ConfigError
-from evokernel.gate import GateReference, gate_candidate, perturb_constant_parameters
+from evokernel.gate import gate_candidate
+from evokernel.gate_reference import GateReference, perturb_constant_parameters
 from evokernel.gate_run import exception_reason, is_launch_error, is_sticky
 from evokernel.problem import exec_module
 from evokernel.records import Reason, Verdict

@@ -12,7 +12,7 @@ import evokernel.build as build
 import evokernel.gate_run as gate_run
 import evokernel.worker as worker
 from evokernel.config import EvalConfig, GateConfig, TimingConfig
-from evokernel.gate import GateReference
+from evokernel.gate_reference import GateReference
 from evokernel.problem import exec_module
 from evokernel.records import Candidate, Reason
 from evokernel.tamper import Tamper
