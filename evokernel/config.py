@@ -55,7 +55,7 @@ class GateConfig:
     perturb_constant_parameters: give the reference's constant floating-point parameters (e.g.
         LayerNorm's weight = 1 and bias = 0, KernelBench's default) random values before the
         truths are computed, so a kernel that skips an affine step cannot pass. Candidates whose
-        state_dict matches get the same values (gate.align_parameters); any other candidate is
+        state_dict matches get the same values (gate_reference.align_parameters); any other candidate is
         judged against an unperturbed reference, built when first needed.
     """
 
