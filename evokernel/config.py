@@ -55,8 +55,9 @@ class GateConfig:
     perturb_constant_parameters: give the reference's constant floating-point parameters (e.g.
         LayerNorm's weight = 1 and bias = 0, KernelBench's default) random values before the
         truths are computed, so a kernel that skips an affine step cannot pass. Candidates whose
-        state_dict matches get the same values (gate_reference.align_parameters); any other candidate is
-        judged against an unperturbed reference, built when first needed.
+        state_dict matches by name (gate_reference.align_parameters), or by shape and original
+        value under other names (align_renamed_parameters), get the same values; any other
+        candidate is judged against an unperturbed reference, built when first needed.
     """
 
     tolerance_factor: float = 16.0

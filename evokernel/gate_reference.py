@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 from loguru import logger
@@ -41,6 +41,54 @@ def align_parameters(model: torch.nn.Module, model_new: torch.nn.Module) -> bool
     return True
 
 
+def constant_parameters(model: torch.nn.Module) -> dict[str, float]:
+    """The floating-point parameters of ``model`` with more than one element, all equal:
+    {name: that value}, in ``named_parameters`` order (what perturb_constant_parameters
+    changes)."""
+    found = {}
+    for name, p in model.named_parameters():
+        if not p.is_floating_point() or p.numel() < 2:
+            continue
+        flat = p.detach().reshape(-1)
+        if bool((flat == flat[0]).all()):
+            found[name] = float(flat[0])
+    return found
+
+
+def align_renamed_parameters(model: torch.nn.Module, model_new: torch.nn.Module,
+                             constants: Mapping[str, float]) -> bool:
+    """Load ``model``'s state_dict into ``model_new`` whose entries have other names, when
+    every entry of ``model_new`` matches exactly one entry of ``model`` by shape, dtype and
+    original value: for a parameter of ``model`` in ``constants`` (given random values by
+    perturb_constant_parameters), every element equal to that constant; otherwise equal
+    to its current value (both were built under ``torch.manual_seed(0)``). The matches must be
+    one-to-one and cover ``model`` (a LayerNorm's weight = 1 and bias = 0 renamed ``gamma`` and
+    ``beta`` match by their constants). Returns whether it loaded; leaves ``model_new``
+    unchanged otherwise."""
+    sd, sd_new = model.state_dict(), model_new.state_dict()
+    if not sd or len(sd) != len(sd_new):
+        return False
+
+    def same(k: str, t: torch.Tensor) -> bool:
+        r = sd[k]
+        if r.shape != t.shape or r.dtype != t.dtype or r.device != t.device:
+            return False
+        if k in constants:
+            return bool((t == constants[k]).all())
+        return torch.equal(r, t)
+
+    mapping = {}
+    for k_new, t in sd_new.items():
+        hits = [k for k in sd if same(k, t)]
+        if len(hits) != 1:
+            return False
+        mapping[k_new] = hits[0]
+    if len(set(mapping.values())) != len(sd):
+        return False
+    model_new.load_state_dict({k_new: sd[k] for k_new, k in mapping.items()})
+    return True
+
+
 def perturb_constant_parameters(model: torch.nn.Module, spread: float = PERTURB_SPREAD,
                                 seed: int = _PERTURB_SEED) -> tuple[str, ...]:
     """Give every floating-point parameter of ``model`` whose elements are all equal (and that
@@ -52,14 +100,12 @@ def perturb_constant_parameters(model: torch.nn.Module, spread: float = PERTURB_
     Returns: the names of the parameters changed, in order.
     """
     changed = []
+    constants = constant_parameters(model)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if not p.is_floating_point() or p.numel() < 2:
+            if name not in constants:
                 continue
-            flat = p.detach().reshape(-1)
-            if not bool((flat == flat[0]).all()):
-                continue
-            c = float(flat[0])
+            c = constants[name]
             g = torch.Generator().manual_seed(seed + sum(name.encode()))
             z = torch.randn(tuple(p.shape), generator=g, dtype=torch.float64)
             p.copy_((c + spread * (abs(c) if c else 1.0) * z).to(p.dtype))
@@ -96,12 +142,14 @@ class GateReference:
                  model: torch.nn.Module, init_inputs: list, sets: tuple[GateSet, ...],
                  skipped: tuple[tuple[str, str], ...], multi_output: bool,
                  device_out: torch.device, declared: tuple[str, ...] | None = None,
-                 perturbed: tuple[str, ...] = ()):
+                 perturbed: tuple[str, ...] = (), constants: Mapping[str, float] | None = None):
         self.module, self.config, self.device = module, config, device
         self.model, self.init_inputs = model, init_inputs
         self.sets, self.skipped = sets, skipped
         self.multi_output, self.output_device = multi_output, device_out
         self.declared, self.perturbed = declared, perturbed
+        #: The perturbed parameters' original constant values (align_renamed_parameters).
+        self.constants = dict(constants or {})
         self._lp_cache: dict[tuple[int, str], tuple[torch.Tensor, ...] | None] = {}
         self._unperturbed: GateReference | None = None
 
@@ -131,6 +179,7 @@ class GateReference:
         init_inputs = list(module.get_init_inputs())
         torch.manual_seed(0)
         model = module.Model(*init_inputs).to(device)
+        constants = constant_parameters(model) if config.perturb_constant_parameters else {}
         perturbed = (perturb_constant_parameters(model) if config.perturb_constant_parameters
                      else ())
         if perturbed:
@@ -163,7 +212,8 @@ class GateReference:
             raise ProblemError(f"{getattr(module, '__file__', module)}: the reference is "
                                f"non-finite on every input set ({dict(skipped)})")
         return cls(module, config, device, model, init_inputs, tuple(sets), tuple(skipped),
-                   multi, out_device, declared, perturbed)
+                   multi, out_device, declared, perturbed,
+                   {k: constants[k] for k in perturbed})
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -190,14 +240,20 @@ class GateReference:
     def prepare_candidate(self, model_new_cls: Callable[..., torch.nn.Module]
                           ) -> tuple[torch.nn.Module, "GateReference"]:
         """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, and the
-        reference to judge it against: this one when the state_dicts match (the reference's
-        weights, perturbed ones included, are loaded into it) or nothing was perturbed; else
-        the unperturbed reference (built on first use, then cached), since such a candidate
-        keeps its own, constant, parameters.
+        reference to judge it against: this one when the state_dicts match by name
+        (align_parameters) or, with other names, by shape and original value
+        (align_renamed_parameters), since the reference's weights, perturbed ones included,
+        are then loaded into it; this one too when nothing was perturbed; else the unperturbed
+        reference (built on first use, then cached), since such a candidate keeps its own,
+        constant, parameters.
         Raises: whatever ModelNew(...) raises."""
         torch.manual_seed(0)
         model_new = model_new_cls(*self.init_inputs).to(self.device)
         if align_parameters(self.model, model_new) or not self.perturbed:
+            return model_new, self
+        if align_renamed_parameters(self.model, model_new, self.constants):
+            logger.info("gate: ModelNew's parameters have other names; matched to the "
+                        "reference's by shape and value, perturbed ones included")
             return model_new, self
         logger.info("gate: ModelNew's parameters do not match the reference's; judging it "
                     "against the unperturbed reference")

@@ -16,7 +16,8 @@ from evokernel import gate_math as gm
 from evokernel.config import GateConfig
 from evokernel.errors import ConfigError
 from evokernel.gate import gate_candidate
-from evokernel.gate_reference import GateReference, perturb_constant_parameters
+from evokernel.gate_reference import (GateReference, align_renamed_parameters,
+                                      perturb_constant_parameters)
 from evokernel.gate_run import exception_reason, is_launch_error, is_sticky
 from evokernel.problem import exec_module
 from evokernel.records import Reason, Verdict
@@ -177,20 +178,59 @@ def test_constant_parameters_are_perturbed_and_shared():
     assert outcome.reason is Reason.WRONG_FUNCTION, outcome.detail
 
 
+class _Renamed(nn.Module):
+    """LayerNorm with its own parameter names (gamma = 1, beta = 0), optionally skipping them."""
+
+    def __init__(self, n, affine=True):
+        super().__init__()
+        self.gamma, self.beta = nn.Parameter(torch.ones(n)), nn.Parameter(torch.zeros(n))
+        self.n, self.affine = n, affine
+
+    def forward(self, x):
+        y = nn.functional.layer_norm(x, (self.n,), eps=1e-5)
+        return y * self.gamma + self.beta if self.affine else y
+
+
+def test_renamed_parameters_are_matched_by_value_and_get_the_perturbed_weights():
+    ref = build(LAYERNORM_DEFAULT)
+    honest, gate_ref = ref.prepare_candidate(_Renamed)
+    assert gate_ref is ref and torch.equal(honest.gamma, ref.model.ln.weight)
+    assert torch.equal(honest.beta, ref.model.ln.bias)
+    assert gate_candidate(gate_ref, honest).passed
+    # hard-coding weight 1 and bias 0 under other names is caught like the named version
+    skipping, gate_ref = ref.prepare_candidate(lambda n: _Renamed(n, affine=False))
+    assert gate_ref is ref
+    outcome = gate_candidate(gate_ref, skipping)
+    assert outcome.reason is Reason.WRONG_FUNCTION, outcome.detail
+
+
 def test_unmatched_state_dict_is_judged_against_the_unperturbed_reference():
     ref = build(LAYERNORM_DEFAULT)
 
-    class Renamed(nn.Module):                      # own parameter names: cannot be aligned
+    class Packed(nn.Module):                       # weight and bias in one tensor: no match
         def __init__(self, n):
             super().__init__()
-            self.norm = nn.LayerNorm(n)
+            self.affine = nn.Parameter(torch.stack([torch.ones(n), torch.zeros(n)]))
 
         def forward(self, x):
-            return self.norm(x)
-    model_new, gate_ref = ref.prepare_candidate(Renamed)
+            y = nn.functional.layer_norm(x, x.shape[-1:], eps=1e-5)
+            return y * self.affine[0] + self.affine[1]
+    model_new, gate_ref = ref.prepare_candidate(Packed)
     assert gate_ref is not ref and gate_ref.perturbed == ()
     assert gate_ref is ref.unperturbed()            # built once
     assert gate_candidate(gate_ref, model_new).passed
+
+
+def test_ambiguous_renamed_parameters_are_not_matched():
+    a, b = nn.Module(), nn.Module()
+    a.w, a.v = nn.Parameter(torch.ones(4)), nn.Parameter(torch.ones(4))
+    b.p, b.q = nn.Parameter(torch.ones(4)), nn.Parameter(torch.ones(4))
+    constants = {"w": 1.0, "v": 1.0}               # both match both: which is which is unknown
+    before = b.p.detach().clone()
+    assert not align_renamed_parameters(a, b, constants) and torch.equal(b.p, before)
+    c = nn.Module()
+    c.p, c.q = nn.Parameter(torch.ones(4)), nn.Parameter(torch.full((4,), 2.0))
+    assert align_renamed_parameters(a, c, {"w": 1.0, "v": 0.0}) is False   # q has no match
 
 
 def test_perturbation_is_deterministic_and_can_be_turned_off():
