@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -388,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="write a Markdown + HTML report with plots of a run")
     rp.add_argument("run_dir")
-    rp.add_argument("-o", "--output", help="report folder (default: RUN_DIR/report)")
+    rp.add_argument("-o", "--output",
+                    help="report folder (default: ./NAME-report, NAME the run folder's name)")
     rp.set_defaults(func=cmd_report)
 
     ex = sub.add_parser("export", help="write a run's best kernel as a candidate file")
@@ -445,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         print("evokernel: interrupted; resume with `evokernel run --resume RUN_DIR`",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:             # `evokernel problems | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

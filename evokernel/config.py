@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,11 @@ class LLMConfig:
             object.__setattr__(self, "model", max(models, key=lambda mw: mw[1])[0])
         if self.max_concurrency < 1 or self.max_retries < 0 or not self.timeout_s > 0:
             raise ConfigError("llm: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
+        for name in ("max_tokens", "max_total_tokens", "max_cost_usd"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"llm.{name} must be a positive number (or unset), got "
+                                  f"{value!r}")
 
 
 @dataclass(frozen=True)

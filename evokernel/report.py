@@ -178,7 +178,8 @@ def _html(view: RunView, out_dir: Path) -> str:
 
 
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
-    """Write the report of ``run_dir`` into ``out_dir`` (default: ``<run_dir>/report``).
+    """Write the report of ``run_dir`` into ``out_dir`` (default: ``./<run folder name>-report``
+    in the current folder, so a committed run's folder is never written to).
 
     Returns: the path of report.md (report.html, the PNGs, best_kernel.py and summary.json
     are beside it).
@@ -186,7 +187,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
         ConfigError: ``run_dir`` holds no run store.
     """
     view = load_run(run_dir)
-    out = Path(out_dir) if out_dir else Path(run_dir) / "report"
+    out = Path(out_dir) if out_dir else Path(f"{Path(run_dir).resolve().name}-report")
     out.mkdir(parents=True, exist_ok=True)
     for name, _, draw in PLOTS:
         draw(view, out / name)

@@ -252,7 +252,7 @@ class RunStore:
                   f"speedup {res.speedup:.3f}x over eager ({res.reference_ms:.4f} ms -> "
                   f"{res.candidate_ms:.4f} ms{floor})",
                   f"idea: {idea}",
-                  f"check it: evokernel check {problem} {out.name}"]
+                  f"check it: evokernel check {problem} {out}"]
         lines = "".join(f"# {h}\n" for h in header)
         source = cand.source if cand.source.endswith("\n") else cand.source + "\n"
         out.parent.mkdir(parents=True, exist_ok=True)

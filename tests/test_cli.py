@@ -86,3 +86,21 @@ def test_show_on_a_corrupt_store(capsys, tmp_path):
     (tmp_path / "run.sqlite").write_bytes(b"this is not sqlite" * 100)
     assert main(["show", str(tmp_path)]) == 2
     assert "not a readable run store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [("--max-cost-usd", "-5"), ("--max-cost-usd", "nan"),
+                                         ("--max-tokens", "0")])
+def test_nonsense_budgets_are_refused_before_the_gpu(flag, value, capsys):
+    assert main(["run", "softmax", "--model", "openai/x", flag, value]) == 2
+    assert "must be a positive number" in capsys.readouterr().err
+
+
+def test_listing_into_a_closed_pipe_is_quiet():
+    """`evokernel problems | head -1`: the reader is gone before the listing is written (closed
+    here before the interpreter has even started); no BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "evokernel", "problems"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
