@@ -45,7 +45,7 @@ def judge_import(calls: Sequence[Mapping[str, Any]], error: BaseException | None
 def main(argv: list[str]) -> None:
     work, cache_dir, arch = Path(argv[0]), Path(argv[1]), argv[2]
     trim = len(argv) > 3 and argv[3] == "trim"
-    from evokernel.build import patched_load_inline
+    from evokernel.extension_cache import patched_load_inline
     from evokernel.problem import exec_module
 
     source_path = work / "candidate.py"

@@ -2,9 +2,9 @@
 threads or processes, is caught and named (Reason.TIMER_TAMPERING, Reason.THREADS).
 
 Starts are attributed to the candidate only when its code (compiled by
-evokernel.build.load_candidate with a ``<candidate ...>`` filename) is on the call stack, so
-PyTorch's own helper threads (e.g. torch.compile's worker-pool timer, seen on the H200) are not
-blamed on it.
+evokernel.extension_cache.load_candidate with a ``<candidate ...>`` filename) is on the call
+stack, so PyTorch's own helper threads (e.g. torch.compile's worker-pool timer, seen on the
+H200) are not blamed on it.
 """
 from __future__ import annotations
 
@@ -19,13 +19,15 @@ from evokernel.records import Reason
 
 def _called_from_candidate() -> bool:
     """Whether candidate code (compiled with a ``<candidate ...>`` filename by
-    evokernel.build.load_candidate) is on the current call stack, and not through evokernel's
-    own build step (an in-worker build runs ninja as a subprocess on the candidate's behalf)."""
+    evokernel.extension_cache.load_candidate) is on the current call stack, and not through
+    evokernel's own build step (an in-worker build runs ninja as a subprocess on the candidate's
+    behalf; evokernel.extension_cache, split out of evokernel.build, holds that step)."""
     import evokernel.build as build
+    import evokernel.extension_cache as extension_cache
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if name == build.__file__:
+        if name in (build.__file__, extension_cache.__file__):
             return False
         if name.startswith("<candidate"):
             return True

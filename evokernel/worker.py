@@ -201,7 +201,7 @@ class Session:
         inputs (CACHED_OUTPUT: spot checks, then a replay with the input contents rotated
         under the same tensors), and a time below the physical floor (IMPOSSIBLE_SPEED)."""
         import torch
-        from evokernel.build import load_candidate
+        from evokernel.extension_cache import load_candidate
         from evokernel.floor import impossible
         from evokernel.gate import gate_candidate, strict_fp32
         from evokernel.scan import scan_source

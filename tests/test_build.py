@@ -1,5 +1,6 @@
-"""evokernel.build: arch-flag rewriting, cache keys, timeouts that kill the whole process group,
-build errors with their log, and ONE real nvcc build of a tiny kernel (then a cache hit)."""
+"""evokernel.build and evokernel.extension_cache: arch-flag rewriting, cache keys, timeouts that
+kill the whole process group, build errors with their log, and ONE real nvcc build of a tiny
+kernel (then a cache hit)."""
 from __future__ import annotations
 
 import stat
@@ -9,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from evokernel._build_entry import judge_import
-from evokernel.build import (MARKER, Builder, device_arch, extension_key, load_candidate,
-                             rewrite_arch_flags, worker_env)
+from evokernel.build import Builder, device_arch, worker_env
 from evokernel.errors import ConfigError
+from evokernel.extension_cache import MARKER, extension_key, load_candidate, rewrite_arch_flags
 from evokernel.records import Candidate, Reason
 
 GENCODE_90 = "-gencode=arch=compute_90,code=sm_90"
@@ -248,3 +249,25 @@ def test_loaded_kernel_runs(built):
     module = load_candidate(TINY_KERNEL, "evokernel_test_tiny_gpu", cache, arch)
     x = torch.randn(1000, device="cuda")
     torch.testing.assert_close(module.ModelNew()(x), x + 1)
+
+
+def test_build_reexports_the_extension_cache():
+    """The in-process cache moved to evokernel.extension_cache; evokernel.build still exports it."""
+    from evokernel import build, extension_cache, sandbox
+    for name in ("MARKER", "cache_key", "extension_key", "load_candidate", "patched_load_inline",
+                 "rewrite_arch_flags", "toolchain", "toolkit_header_fallbacks"):
+        assert getattr(build, name) is getattr(extension_cache, name)
+    assert build.worker_env is sandbox.worker_env
+    assert all(hasattr(build, name) for name in build.__all__)
+
+
+def test_in_worker_build_step_is_not_blamed_on_the_candidate():
+    """evokernel.tamper does not blame a thread or process started from evokernel's build code
+    (now in two files) on the candidate whose load_inline call started the build."""
+    from evokernel import build, extension_cache, tamper
+    for path in (extension_cache.__file__, build.__file__):
+        step: dict = {}
+        exec(compile("def step(f):\n    return f()\n", path, "exec"), step)
+        g = {"step": step["step"], "probe": tamper._called_from_candidate}
+        exec(compile("blamed = step(probe)\ndirect = probe()\n", "<candidate t>", "exec"), g)
+        assert g["direct"] and not g["blamed"]

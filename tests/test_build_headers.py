@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.build import Builder, extension_key
+from evokernel.build import Builder
 from evokernel.build_headers import TRIM_NOTE, should_rebuild_full, trim_extension_include
+from evokernel.extension_cache import extension_key
 from evokernel.records import Candidate, Reason
 
 KERNEL = "#include <torch/extension.h>\n#include <cuda_runtime.h>\n__global__ void k() {}\n"

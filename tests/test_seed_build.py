@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.build import MARKER, Builder
+from evokernel.build import Builder
+from evokernel.extension_cache import MARKER
 from evokernel.problem import load_problem
 from evokernel.records import Candidate
 

@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-import evokernel.build as build
+import evokernel.extension_cache as extension_cache
 import evokernel.gate_run as gate_run
 import evokernel.worker as worker
 from evokernel.config import EvalConfig, GateConfig, TimingConfig
@@ -140,7 +140,7 @@ def _session(policy="reject", floor_ms=1e-9):
 @pytest.fixture(autouse=True)
 def _stubs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(build, "load_candidate", _load)
+    monkeypatch.setattr(extension_cache, "load_candidate", _load)
     monkeypatch.setattr(gate_run, "profile_kernels", _profile)
     _LIMIT[0] = 0
 

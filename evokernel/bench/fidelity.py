@@ -252,8 +252,8 @@ def measure_do_bench(problem: Mapping[str, str], *, cache_dir: Path, arch: str, 
     """
     import torch
 
-    from evokernel.build import load_candidate
     from evokernel.distributions import draw_inputs
+    from evokernel.extension_cache import load_candidate
     from evokernel.gate import align_parameters, strict_fp32
     from evokernel.problem import exec_module
     from evokernel.timing import time_interleaved
