@@ -1,5 +1,5 @@
-"""Leaving ``#include <torch/extension.h>`` out of a candidate's ``cuda_sources`` to cut its build
-time, with a full-header rebuild when that breaks it.
+"""Building a candidate's ``cuda_sources`` with a light stand-in for ``#include
+<torch/extension.h>`` to cut its build time, and the rules that keep that safe.
 
 Where a ``load_inline`` build's time goes (softmax seed kernel, nvcc 13.0 ``-time``, one build
 alone on 2 cores, torch 2.14.1; scratch measurements of 2026-11-30): ``cuda.cu`` takes ~74 s,
@@ -10,12 +10,23 @@ to 7 s but cannot reach the ``.cu`` file, so it leaves the wall time unchanged (
 
 ``load_inline`` already puts ``#include <torch/types.h>`` (ATen, ``torch::Tensor``, the tensor
 factories, ``TORCH_CHECK``) at the top of ``cuda_sources``; ``<torch/extension.h>`` adds the
-whole C++ frontend (``torch::nn``, optim, jit, serialize) and pybind11, which a kernel file
-rarely uses. Without it the same ``.cu`` compiled in 32 s instead of 77 s (2.4x; both at once
-on 2 cores). The binary's code is the same: only declarations the file does not use are left
-out. A source that names the frontend or pybind11 keeps the include, and a trimmed build that
-fails with a missing-declaration error is rebuilt with the original source
-(``Builder.build``), so trimming never turns a good candidate into a build error.
+whole C++ frontend (``torch::nn``, optim, jit, serialize) and pybind11/Python.h, which a kernel
+file rarely uses. The include line is replaced, on the same line (so compiler messages keep the
+source's line numbers), by ``#include "evokernel_light_extension.h"``: LIGHT_HEADER, written
+beside ``cuda.cu``, with ``<torch/version.h>`` and the standard headers the full one brings in
+(``<cinttypes>`` for ``PRId64``, ``<cmath>``, containers, streams). The ``.cu`` file compiled in
+32-35 s instead of 77 s here (2.2-2.4x), and 14 builds on the H200 took 68.5 s instead of
+135.6 s (results/h200-2026-11-30-s2).
+
+Safety, as the rules stand:
+- a source that names the C++ frontend or pybind11 (NEEDS_FULL) keeps the include;
+- a source with a preprocessor conditional (``#if``, ``#ifdef``, ``#ifndef``, ``#elif``) keeps
+  it too: a macro that only the full header defines would otherwise switch code silently;
+- any other difference between the two builds makes the light one fail to compile, and
+  ``Builder.build`` then builds the source as written (so a failing candidate is built twice,
+  and the error it reports is the source-as-written's).
+A build folder's ``evokernel_built.json`` records ``headers_trimmed``; both builds of one source
+share its cache key, since they are the same program.
 """
 from __future__ import annotations
 
@@ -24,36 +35,61 @@ from typing import Any
 
 EXTENSION_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"].*$',
                                re.MULTILINE)
-#: Kept in place of the include, so compiler messages keep the source's line numbers.
-TRIM_NOTE = "// evokernel: <torch/extension.h> left out here (load_inline adds <torch/types.h>)"
-#: A cuda source naming any of these needs more than <torch/types.h>: never trimmed.
-NEEDS_FULL = re.compile(r"pybind11|PYBIND11|\bpy::|torch::(nn|optim|jit|autograd|data|serialize|"
-                        r"python|cuda::|fft|linalg|special|nested|sparse)\b|TORCH_LIBRARY|"
-                        r"TORCH_EXTENSION_NAME")
-#: Compiler messages that a missing declaration can cause: a failed trimmed build that says one
-#: of these is rebuilt with the full headers; others (syntax errors, ptxas errors) are not.
-MISSING_DECLARATION = re.compile(
-    r"is undefined|has no member|not declared|was not declared|incomplete type|"
-    r"no instance of|is not a template|not a class or namespace|no suitable|ambiguous|"
-    r"namespace .* has no|expected a type specifier|no storage class or type specifier",
-    re.IGNORECASE)
+LIGHT_HEADER_NAME = "evokernel_light_extension.h"
+#: Replaces the include on its own line (one line: compiler messages keep their line numbers).
+LIGHT_INCLUDE = (f'#include "{LIGHT_HEADER_NAME}"  '
+                 "// evokernel: in place of <torch/extension.h> (load_inline adds <torch/types.h>)")
+LIGHT_HEADER = """\
+// Written by evokernel (evokernel/build_headers.py): what a kernel file usually needs from
+// <torch/extension.h> beyond the <torch/types.h> that load_inline includes.
+#pragma once
+#include <torch/version.h>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+#include <cfloat>
+#include <climits>
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+"""
+#: A cuda source matching this keeps the full header: it names what only the full header
+#: declares (the C++ frontend, pybind11, torch's op registration), or it has a preprocessor
+#: conditional, which a macro of the full header could switch without a compile error.
+NEEDS_FULL = re.compile(
+    r"pybind11|PYBIND11|\bpy::|\busing\s+namespace\s+torch\b|"
+    r"torch::(nn|optim|jit|autograd|data|serialize|python|cuda::|fft|linalg|special|nested|"
+    r"sparse)\b|TORCH_LIBRARY|TORCH_EXTENSION_NAME|"
+    r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef)\b", re.MULTILINE)
 
 
 def trim_extension_include(sources: Any) -> tuple[Any, bool]:
     """``sources`` (a ``load_inline`` ``cuda_sources`` value: str, list of str, or None) with
-    every ``#include <torch/extension.h>`` line replaced by TRIM_NOTE, unless it names something
-    only that header declares (NEEDS_FULL).
-    Returns: (the new value, of the same type, and whether anything was replaced)."""
+    every ``#include <torch/extension.h>`` line replaced by LIGHT_INCLUDE, unless the sources
+    match NEEDS_FULL. The caller must write LIGHT_HEADER as LIGHT_HEADER_NAME beside the
+    compiled file. Returns: (the new value, of the same type, and whether anything was
+    replaced)."""
     if not sources:
         return sources, False
     texts = [sources] if isinstance(sources, str) else list(sources)
     joined = "\n".join(texts)
     if NEEDS_FULL.search(joined) or not EXTENSION_INCLUDE.search(joined):
         return sources, False
-    out = [EXTENSION_INCLUDE.sub(TRIM_NOTE, t) for t in texts]
+    out = [EXTENSION_INCLUDE.sub(LIGHT_INCLUDE, t) for t in texts]
     return (out[0] if isinstance(sources, str) else out), True
-
-
-def should_rebuild_full(log: str) -> bool:
-    """Whether a failed trimmed build's compiler output could come from the missing header."""
-    return bool(MISSING_DECLARATION.search(log))

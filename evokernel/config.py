@@ -105,9 +105,9 @@ class TimingConfig:
 class EvalConfig:
     """The evaluation engine (evokernel.evaluator).
 
-    trim_headers: build candidates with ``#include <torch/extension.h>`` left out of their
-        ``cuda_sources`` (2.4x faster ``.cu`` compiles; a failed trimmed build is rebuilt from
-        the source as written; evokernel.build_headers).
+    trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
+        <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; a failed light build is
+        rebuilt from the source as written; evokernel.build_headers).
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
@@ -115,7 +115,7 @@ class EvalConfig:
     build_timeout_s: float = 600.0
     eval_timeout_s: float = 300.0
     build_workers: int | None = None          # None: one per two CPU cores
-    trim_headers: bool = True                 # leave <torch/extension.h> out of .cu builds
+    trim_headers: bool = True                 # light stand-in for <torch/extension.h>
     cache_dir: str | None = None              # None: default_cache_dir()
     baseline: str = "eager"                   # fitness baseline: "eager" or "compile"
     measure_compile: bool = True              # also time torch.compile (reported)

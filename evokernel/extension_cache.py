@@ -10,9 +10,9 @@ goes through ``_LoadInlinePatch``, which:
    killed build leaves no lock behind;
 3. names the extension ``<name>_<key[:12]>``, so many candidates coexist in one process;
 4. loads a finished build (marker file present) straight from its ``.so``, without ninja;
-5. with ``trim_headers``, leaves ``#include <torch/extension.h>`` out of ``cuda_sources``
-   (2.4x faster ``.cu`` compiles; evokernel.build_headers), and ``Builder`` (evokernel.build)
-   rebuilds with the original source when that build fails on a missing declaration.
+5. with ``trim_headers``, builds ``cuda_sources`` with a light stand-in for ``#include
+   <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; evokernel.build_headers), and
+   ``Builder`` (evokernel.build) builds the source as written when that build fails.
 
 ``patched_load_inline`` applies the patch in a build subprocess (``evokernel._build_entry``,
 started by ``evokernel.build.Builder``). ``load_candidate`` runs a candidate in the GPU worker
@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from loguru import logger
 
-from evokernel.build_headers import trim_extension_include
+from evokernel.build_headers import LIGHT_HEADER, LIGHT_HEADER_NAME, trim_extension_include
 
 MARKER = "evokernel_built.json"     # written into a build folder once its module has loaded
 _ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
@@ -245,9 +245,11 @@ class _LoadInlinePatch:
             shutil.rmtree(build_dir)                 # partial build of a killed process
         build_dir.mkdir(parents=True)
         call["trimmed"] = trimmed = a.pop("_trimmed", False)
+        if trimmed:                                  # beside cuda.cu, for its #include "..."
+            (build_dir / LIGHT_HEADER_NAME).write_text(LIGHT_HEADER)
         if self.announce:
             print(f"evokernel: building {module_name} in {build_dir}"
-                  + (" (<torch/extension.h> left out of cuda_sources)" if trimmed else ""),
+                  + (" (light headers in place of <torch/extension.h>)" if trimmed else ""),
                   flush=True)
         t0 = time.perf_counter()
         module = self._original(**a)
