@@ -18,10 +18,13 @@ beside ``cuda.cu``, with ``<torch/version.h>`` and the standard headers the full
 32-35 s instead of 77 s here (2.2-2.4x), and 14 builds on the H200 took 68.5 s instead of
 135.6 s (results/h200-2026-11-30-s2).
 
-Safety, as the rules stand:
-- a source that names the C++ frontend or pybind11 (NEEDS_FULL) keeps the include;
-- a source with a preprocessor conditional (``#if``, ``#ifdef``, ``#ifndef``, ``#elif``) keeps
-  it too: a macro that only the full header defines would otherwise switch code silently;
+Safety, as the rules stand (two adversarial reviews of 2026-11-30 shaped them):
+- a source that names the C++ frontend, pybind11 or Python's macros (NEEDS_FULL) keeps the
+  include: they are the only declarations and macros the two header sets differ in (from
+  ``-dM`` and the include lists: no ATen or c10 header differs, so overloads on torch types
+  resolve the same);
+- a source with a preprocessor conditional in any spelling, or a raw string literal, keeps it
+  too: a macro that only the full header defines could otherwise switch code silently;
 - any other difference between the two builds makes the light one fail to compile, and
   ``Builder.build`` then builds the source as written (so a failing candidate is built twice,
   and the error it reports is the source-as-written's).
@@ -33,12 +36,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-EXTENSION_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"].*$',
+#: The directive alone: the rest of its line (a comment, say) is kept as it is.
+EXTENSION_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"]',
                                re.MULTILINE)
 LIGHT_HEADER_NAME = "evokernel_light_extension.h"
-#: Replaces the include on its own line (one line: compiler messages keep their line numbers).
-LIGHT_INCLUDE = (f'#include "{LIGHT_HEADER_NAME}"  '
-                 "// evokernel: in place of <torch/extension.h> (load_inline adds <torch/types.h>)")
+#: Replaces the directive in place (same line: compiler messages keep their line numbers).
+LIGHT_INCLUDE = f'#include "{LIGHT_HEADER_NAME}"'
 LIGHT_HEADER = """\
 // Written by evokernel (evokernel/build_headers.py): what a kernel file usually needs from
 // <torch/extension.h> beyond the <torch/types.h> that load_inline includes.
@@ -69,14 +72,21 @@ LIGHT_HEADER = """\
 #include <utility>
 #include <vector>
 """
-#: A cuda source matching this keeps the full header: it names what only the full header
-#: declares (the C++ frontend, pybind11, torch's op registration), or it has a preprocessor
-#: conditional, which a macro of the full header could switch without a compile error.
+#: A cuda source matching this (after joining backslash-newline splices, as the compiler's
+#: translation phase 2 does) keeps the full header. It names what only the full header declares
+#: or defines: the C++ frontend, pybind11, Python's macros (``Py_``/``PY_``), torch's op
+#: registration, ``<sys/stat.h>``'s ``st_*time`` macros. Or it has a preprocessor conditional
+#: in any spelling (``#``/``%:``, comments around the ``#``), which a macro of the full header
+#: could switch without a compile error. Or a raw string literal (``R"(...)"``), inside which
+#: the include line is text, not a directive.
+_COMMENT = r"/\*(?:.|\n)*?\*/"
 NEEDS_FULL = re.compile(
-    r"pybind11|PYBIND11|\bpy::|\busing\s+namespace\s+torch\b|"
+    r"pybind11|PYBIND11|\bpy::|\b(?:Py|PY)_\w|\bPyObject\b|\bst_[amc]time\b|"
+    r"\busing\s+namespace\s+(?:::)?torch\b|"
     r"torch::(nn|optim|jit|autograd|data|serialize|python|cuda::|fft|linalg|special|nested|"
-    r"sparse)\b|TORCH_LIBRARY|TORCH_EXTENSION_NAME|"
-    r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef)\b", re.MULTILINE)
+    r"sparse)\b|TORCH_LIBRARY|TORCH_EXTENSION_NAME|R\"|"
+    rf"(?:^|\*/)[ \t]*(?:{_COMMENT}[ \t]*)*(?:#|%:)(?:[ \t]|{_COMMENT})*"
+    r"(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b", re.MULTILINE)
 
 
 def trim_extension_include(sources: Any) -> tuple[Any, bool]:
@@ -89,7 +99,7 @@ def trim_extension_include(sources: Any) -> tuple[Any, bool]:
         return sources, False
     texts = [sources] if isinstance(sources, str) else list(sources)
     joined = "\n".join(texts)
-    if NEEDS_FULL.search(joined) or not EXTENSION_INCLUDE.search(joined):
+    if NEEDS_FULL.search(joined.replace("\\\n", "")) or not EXTENSION_INCLUDE.search(joined):
         return sources, False
     out = [EXTENSION_INCLUDE.sub(LIGHT_INCLUDE, t) for t in texts]
     return (out[0] if isinstance(sources, str) else out), True

@@ -44,14 +44,29 @@ def test_trim_keeps_lists_as_lists():
                                   # a macro of the full header could switch these silently
                                   "#if TORCH_VERSION_MAJOR >= 2\nconstexpr int B = 512;\n#endif",
                                   "  #ifdef AT_MKL_ENABLED\n#endif", "#ifndef X\n#define X 1\n#endif",
-                                  "#if 0\n#elif defined(PY_VERSION)\n#endif"])
+                                  "#if 0\n#elif defined(PY_VERSION)\n#endif",
+                                  # the second review's spellings of the same
+                                  "/**/ #ifdef FOO\n#endif", "%:ifdef FOO\n%:endif",
+                                  "#\\\nifdef FOO\n#endif", "#if\\\ndef FOO\n#endif",
+                                  "# /* x */ ifdef FOO\n#endif",
+                                  "#define S(x) #x\nconst char* v = S(PY_VERSION_HEX);",
+                                  'const char* s = R"DOC(\n#include <torch/extension.h>\n)DOC";',
+                                  "using namespace ::torch;"])
 def test_sources_that_may_need_the_full_header_keep_it(uses):
     src = KERNEL + uses + "\n"
     assert trim_extension_include(src) == (src, False)
 
 
+def test_the_rest_of_the_include_line_is_kept():
+    """A comment opened after the include must stay open (it hides the next line)."""
+    src = "#include <torch/extension.h> /* open\nstatic int pick() { return 2; } // */\n"
+    out, trimmed = trim_extension_include(src)
+    assert trimmed and out.splitlines()[0] == LIGHT_INCLUDE + " /* open"
+
+
 def test_pragmas_and_defines_are_trimmed():
-    src = KERNEL + "#pragma once\n#define CHECK(x) TORCH_CHECK(x)\n#pragma unroll 4\n"
+    src = KERNEL + ("#pragma once\n#define CHECK(x) \\\n  TORCH_CHECK(x)\n#pragma unroll 4\n"
+                    "/* a comment */ int x = 1;\n")
     assert trim_extension_include(src)[1]
 
 
