@@ -58,7 +58,9 @@ class GateConfig:
         truths are computed, so a kernel that skips an affine step cannot pass. Candidates whose
         state_dict matches by name (gate_reference.align_parameters), or by shape and original
         value under other names (align_renamed_parameters), get the same values; any other
-        candidate is judged against an unperturbed reference, built when first needed.
+        candidate keeps its own and is judged against the perturbed reference all the same (a
+        kernel that assumes weight 1 and bias 0, or has no parameters, fails as
+        wrong_function, and the detail says to create the parameters as the reference does).
     """
 
     tolerance_factor: float = 16.0

@@ -91,8 +91,17 @@ def gate_candidate(ref: GateReference, model_new: torch.nn.Module,
     must be <= ``tolerance_factor``; the first set where they are not ends the gate with its
     cause named (_Judge.classify). Sets run in order, "problem" first. A candidate that passes
     every set is re-run on the first (NONDETERMINISTIC if the re-run fails the same test).
-    Never raises for a bad candidate.
+    A rejection of a candidate that kept its own parameters (GateReference.parameter_note)
+    says so in its detail. Never raises for a bad candidate.
     """
+    outcome = _gate(ref, model_new, source)
+    note = ref.parameter_note(model_new)
+    if note and not outcome.passed:
+        outcome = dataclasses.replace(outcome, detail=f"{outcome.detail}; note: {note}")
+    return outcome
+
+
+def _gate(ref: GateReference, model_new: torch.nn.Module, source: str | None) -> GateOutcome:
     judge = _Judge(ref, ref.config.tolerance_factor, scan_source(source) if source else ())
     accumulation = False
     for index in range(len(ref.sets)):

@@ -10,7 +10,7 @@ candidate against all this is evokernel.gate's job; the maths lives in evokernel
 from __future__ import annotations
 
 import copy
-import dataclasses
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -57,20 +57,21 @@ def constant_parameters(model: torch.nn.Module) -> dict[str, float]:
 
 def align_renamed_parameters(model: torch.nn.Module, model_new: torch.nn.Module,
                              constants: Mapping[str, float]) -> bool:
-    """Load ``model``'s state_dict into ``model_new`` whose entries have other names, when
-    every entry of ``model_new`` matches exactly one entry of ``model`` by shape, dtype and
-    original value: for a parameter of ``model`` in ``constants`` (given random values by
-    perturb_constant_parameters), every element equal to that constant; otherwise equal
-    to its current value (both were built under ``torch.manual_seed(0)``). The matches must be
-    one-to-one and cover ``model`` (a LayerNorm's weight = 1 and bias = 0 renamed ``gamma`` and
-    ``beta`` match by their constants). Returns whether it loaded; leaves ``model_new``
-    unchanged otherwise."""
-    sd, sd_new = model.state_dict(), model_new.state_dict()
-    if not sd or len(sd) != len(sd_new):
+    """Copy ``model``'s parameters into those of ``model_new`` that have other names, when every
+    parameter of ``model_new`` matches exactly one of ``model`` by shape, dtype and original
+    value: for a parameter of ``model`` in ``constants`` (given random values by
+    perturb_constant_parameters), every element equal to that constant; otherwise equal to its
+    current value (both were built under ``torch.manual_seed(0)``). The matches must be
+    one-to-one and cover ``model``'s parameters (a LayerNorm's weight = 1 and bias = 0 renamed
+    ``gamma`` and ``beta`` match by their constants). Buffers are left as they are (BatchNorm's
+    running statistics have moved with the reference's forward passes). Returns whether it
+    copied; leaves ``model_new`` unchanged otherwise."""
+    ps, ps_new = dict(model.named_parameters()), dict(model_new.named_parameters())
+    if not ps or len(ps) != len(ps_new):
         return False
 
     def same(k: str, t: torch.Tensor) -> bool:
-        r = sd[k]
+        r = ps[k]
         if r.shape != t.shape or r.dtype != t.dtype or r.device != t.device:
             return False
         if k in constants:
@@ -78,14 +79,16 @@ def align_renamed_parameters(model: torch.nn.Module, model_new: torch.nn.Module,
         return torch.equal(r, t)
 
     mapping = {}
-    for k_new, t in sd_new.items():
-        hits = [k for k in sd if same(k, t)]
+    for k_new, t in ps_new.items():
+        hits = [k for k in ps if same(k, t)]
         if len(hits) != 1:
             return False
         mapping[k_new] = hits[0]
-    if len(set(mapping.values())) != len(sd):
+    if len(set(mapping.values())) != len(ps):
         return False
-    model_new.load_state_dict({k_new: sd[k] for k_new, k in mapping.items()})
+    with torch.no_grad():
+        for k_new, k in mapping.items():
+            ps_new[k_new].copy_(ps[k])
     return True
 
 
@@ -151,7 +154,8 @@ class GateReference:
         #: The perturbed parameters' original constant values (align_renamed_parameters).
         self.constants = dict(constants or {})
         self._lp_cache: dict[tuple[int, str], tuple[torch.Tensor, ...] | None] = {}
-        self._unperturbed: GateReference | None = None
+        self._notes: weakref.WeakKeyDictionary[torch.nn.Module, str] = \
+            weakref.WeakKeyDictionary()
 
     @classmethod
     def build(cls, module: Any, config: GateConfig, device: str | torch.device,
@@ -239,13 +243,14 @@ class GateReference:
 
     def prepare_candidate(self, model_new_cls: Callable[..., torch.nn.Module]
                           ) -> tuple[torch.nn.Module, "GateReference"]:
-        """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, and the
-        reference to judge it against: this one when the state_dicts match by name
-        (align_parameters) or, with other names, by shape and original value
-        (align_renamed_parameters), since the reference's weights, perturbed ones included,
-        are then loaded into it; this one too when nothing was perturbed; else the unperturbed
-        reference (built on first use, then cached), since such a candidate keeps its own,
-        constant, parameters.
+        """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, with the
+        reference's weights, perturbed ones included, loaded into it when its state_dict
+        matches by name (align_parameters) or, under other names, by shape and original value
+        (align_renamed_parameters). A candidate that matches neither keeps its own parameters
+        and is still judged against this (perturbed) reference: a kernel that assumes the
+        initial values (LayerNorm's weight 1 and bias 0, or no parameters at all) is wrong, and
+        ``parameter_note`` says why for the rejection's detail.
+        Returns: (the model, this reference).
         Raises: whatever ModelNew(...) raises."""
         torch.manual_seed(0)
         model_new = model_new_cls(*self.init_inputs).to(self.device)
@@ -255,19 +260,22 @@ class GateReference:
             logger.info("gate: ModelNew's parameters have other names; matched to the "
                         "reference's by shape and value, perturbed ones included")
             return model_new, self
-        logger.info("gate: ModelNew's parameters do not match the reference's; judging it "
-                    "against the unperturbed reference")
-        return model_new, self.unperturbed()
+        mine = ", ".join(f"{k} {tuple(v.shape)}" for k, v in model_new.state_dict().items())
+        self._notes[model_new] = (
+            f"ModelNew's parameters ({mine or 'none'}) do not match the reference's "
+            f"({', '.join(f'{k} {tuple(v.shape)}' for k, v in self.model.state_dict().items())})"
+            f" by name, or by shape and value, so it keeps its own; the gate gave the "
+            f"reference's constant parameters ({', '.join(self.perturbed)}) random values, so "
+            f"a kernel must read its parameters, not assume their initial values. Create them "
+            f"as the reference does (same names and shapes)")
+        logger.info("gate: ModelNew's parameters do not match the reference's; it keeps its "
+                    "own and is judged against the perturbed reference")
+        return model_new, self
 
-    def unperturbed(self) -> "GateReference":
-        """This problem's reference without perturbed parameters (self when none were)."""
-        if not self.perturbed:
-            return self
-        if self._unperturbed is None:
-            config = dataclasses.replace(self.config, perturb_constant_parameters=False)
-            self._unperturbed = GateReference.build(self.module, config, self.device,
-                                                    self.declared)
-        return self._unperturbed
+    def parameter_note(self, model_new: torch.nn.Module) -> str:
+        """Why ``model_new`` (from prepare_candidate) kept its own parameters; "" when it got
+        the reference's or nothing was perturbed."""
+        return self._notes.get(model_new, "")
 
     def lower_precision_truths(self, index: int, fmt: str) -> tuple[torch.Tensor, ...] | None:
         """Float64 truth of set ``index`` with every FP32 input, parameter and buffer first

@@ -204,21 +204,43 @@ def test_renamed_parameters_are_matched_by_value_and_get_the_perturbed_weights()
     assert outcome.reason is Reason.WRONG_FUNCTION, outcome.detail
 
 
-def test_unmatched_state_dict_is_judged_against_the_unperturbed_reference():
+@pytest.mark.parametrize("kind", ["no parameters", "packed", "extra parameter"])
+def test_unmatched_parameters_are_judged_against_the_perturbed_reference(kind):
+    """A candidate whose parameters cannot be matched keeps its own: one that assumes weight 1
+    and bias 0 (here: F.layer_norm without them, or ones/zeros packed or beside an extra
+    parameter) is wrong against the perturbed reference, and the detail says what to do."""
     ref = build(LAYERNORM_DEFAULT)
 
-    class Packed(nn.Module):                       # weight and bias in one tensor: no match
+    class Unmatched(nn.Module):
         def __init__(self, n):
             super().__init__()
-            self.affine = nn.Parameter(torch.stack([torch.ones(n), torch.zeros(n)]))
+            self.n = n
+            if kind == "packed":
+                self.affine = nn.Parameter(torch.stack([torch.ones(n), torch.zeros(n)]))
+            if kind == "extra parameter":
+                self.gamma, self.beta = nn.Parameter(torch.ones(n)), nn.Parameter(torch.zeros(n))
+                self.unused = nn.Parameter(torch.ones(3))
 
         def forward(self, x):
-            y = nn.functional.layer_norm(x, x.shape[-1:], eps=1e-5)
-            return y * self.affine[0] + self.affine[1]
-    model_new, gate_ref = ref.prepare_candidate(Packed)
-    assert gate_ref is not ref and gate_ref.perturbed == ()
-    assert gate_ref is ref.unperturbed()            # built once
-    assert gate_candidate(gate_ref, model_new).passed
+            y = nn.functional.layer_norm(x, (self.n,), eps=1e-5)
+            if kind == "packed":
+                return y * self.affine[0] + self.affine[1]
+            if kind == "extra parameter":
+                return y * self.gamma + self.beta
+            return y
+    model_new, gate_ref = ref.prepare_candidate(Unmatched)
+    assert gate_ref is ref and gate_ref.parameter_note(model_new)
+    outcome = gate_candidate(gate_ref, model_new)
+    assert outcome.reason is Reason.WRONG_FUNCTION, outcome.detail
+    assert "Create them as the reference does" in outcome.detail
+
+
+def test_matched_candidates_carry_no_parameter_note():
+    ref = build(LAYERNORM_DEFAULT)
+    for cls in (_LN, _Renamed):
+        model_new, gate_ref = ref.prepare_candidate(cls)
+        assert gate_ref.parameter_note(model_new) == ""
+        assert "note:" not in gate_candidate(gate_ref, model_new).detail
 
 
 def test_ambiguous_renamed_parameters_are_not_matched():
@@ -510,3 +532,14 @@ def test_report_main_with_a_fake_evaluator(tmp_path, monkeypatch):
     names = {r["fixture"] for r in data["rows"]}
     assert {"threads", "cached_shape", "softmax_online_warp"} <= names
     assert data["factor_evidence"]["largest_legit_ratio"] == 1.0
+
+
+def test_renamed_batchnorm_matches_its_parameters_whatever_its_running_statistics():
+    ref = nn.BatchNorm1d(8)
+    perturbed_names = perturb_constant_parameters(ref)
+    assert perturbed_names == ("weight", "bias")
+    ref(torch.randn(16, 8) + 100)                  # the reference's forward moves its buffers
+    cand = nn.Module()
+    cand.bn = nn.BatchNorm1d(8)
+    assert align_renamed_parameters(ref, cand, {"weight": 1.0, "bias": 0.0})
+    assert torch.equal(cand.bn.weight, ref.weight) and torch.equal(cand.bn.bias, ref.bias)
