@@ -55,12 +55,13 @@ class GateConfig:
         as NO_KERNEL_LAUNCHED. With "flag" both are accepted and carry a flag instead.
     perturb_constant_parameters: give the reference's constant floating-point parameters (e.g.
         LayerNorm's weight = 1 and bias = 0, KernelBench's default) random values before the
-        truths are computed, so a kernel that skips an affine step cannot pass. Candidates whose
-        state_dict matches by name (gate_reference.align_parameters), or by shape and original
-        value under other names (align_renamed_parameters), get the same values; any other
-        candidate keeps its own and is judged against the perturbed reference all the same (a
-        kernel that assumes weight 1 and bias 0, or has no parameters, fails as
-        wrong_function, and the detail says to create the parameters as the reference does).
+        truths are computed, so a kernel that skips an affine step cannot pass. A candidate
+        gets the same values: all of the reference's weights when its state_dict matches by name
+        (gate_reference.align_parameters), else each constant goes to the candidate parameter
+        of that shape still holding that value (match_constant_parameters: same name, then name
+        suffix, then registration order). It is judged against the perturbed reference either
+        way: a kernel that assumes weight 1 and bias 0, or has no parameters, fails as
+        wrong_function, and the detail says to create the parameters as the reference does.
     """
 
     tolerance_factor: float = 16.0

@@ -33,8 +33,9 @@ def align_parameters(model: torch.nn.Module, model_new: torch.nn.Module) -> bool
     use identical weights. Otherwise leave ``model_new`` as built (both were constructed under
     ``torch.manual_seed(0)``, see GateReference.new_candidate). Returns whether it loaded."""
     sd, sd_new = model.state_dict(), model_new.state_dict()
-    if not sd or sd.keys() != sd_new.keys() or any(
-            sd[k].shape != sd_new[k].shape for k in sd):
+    lazy = (torch.nn.parameter.UninitializedParameter, torch.nn.parameter.UninitializedBuffer)
+    if not sd or sd.keys() != sd_new.keys() or any(isinstance(t, lazy) for t in sd_new.values()) \
+            or any(sd[k].shape != sd_new[k].shape for k in sd):
         logger.debug("align_parameters: state_dicts differ; ModelNew keeps its own weights")
         return False
     model_new.load_state_dict(sd)
@@ -55,41 +56,39 @@ def constant_parameters(model: torch.nn.Module) -> dict[str, float]:
     return found
 
 
-def align_renamed_parameters(model: torch.nn.Module, model_new: torch.nn.Module,
-                             constants: Mapping[str, float]) -> bool:
-    """Copy ``model``'s parameters into those of ``model_new`` that have other names, when every
-    parameter of ``model_new`` matches exactly one of ``model`` by shape, dtype and original
-    value: for a parameter of ``model`` in ``constants`` (given random values by
-    perturb_constant_parameters), every element equal to that constant; otherwise equal to its
-    current value (both were built under ``torch.manual_seed(0)``). The matches must be
-    one-to-one and cover ``model``'s parameters (a LayerNorm's weight = 1 and bias = 0 renamed
-    ``gamma`` and ``beta`` match by their constants). Buffers are left as they are (BatchNorm's
-    running statistics have moved with the reference's forward passes). Returns whether it
-    copied; leaves ``model_new`` unchanged otherwise."""
-    ps, ps_new = dict(model.named_parameters()), dict(model_new.named_parameters())
-    if not ps or len(ps) != len(ps_new):
-        return False
+def match_constant_parameters(model: torch.nn.Module, model_new: torch.nn.Module,
+                              constants: Mapping[str, float]) -> tuple[dict[str, str], list[str]]:
+    """Pair each parameter of ``model`` named in ``constants`` (name -> the constant all its
+    elements held before perturb_constant_parameters) with a parameter of ``model_new`` of the
+    same shape, floating point, all of whose elements still hold that constant. Each candidate
+    parameter is used once. Among several that fit, in this order: the same name; a name that
+    ends with the other (``model.batch_norm.weight`` and ``batch_norm.weight``); then the order
+    of registration (the first unpaired with the first unpaired). Uninitialized (lazy)
+    parameters never fit. Other parameters are not looked at: they keep whatever ModelNew built.
+    Returns: ({reference name: candidate name}, [reference names left unpaired])."""
+    ps = dict(model.named_parameters())
+    new = {k: t for k, t in model_new.named_parameters()
+           if not isinstance(t, torch.nn.parameter.UninitializedParameter)}
 
-    def same(k: str, t: torch.Tensor) -> bool:
-        r = ps[k]
-        if r.shape != t.shape or r.dtype != t.dtype or r.device != t.device:
-            return False
-        if k in constants:
-            return bool((t == constants[k]).all())
-        return torch.equal(r, t)
+    def fits(k: str, t: torch.Tensor) -> bool:
+        return (t.is_floating_point() and t.shape == ps[k].shape
+                and bool((t.detach() == constants[k]).all()))
 
-    mapping = {}
-    for k_new, t in ps_new.items():
-        hits = [k for k in ps if same(k, t)]
-        if len(hits) != 1:
-            return False
-        mapping[k_new] = hits[0]
-    if len(set(mapping.values())) != len(ps):
-        return False
-    with torch.no_grad():
-        for k_new, k in mapping.items():
-            ps_new[k_new].copy_(ps[k])
-    return True
+    def suffix(a: str, b: str) -> bool:
+        return a == b or a.endswith("." + b) or b.endswith("." + a)
+
+    pairs: dict[str, str] = {}
+    used: set[str] = set()
+    for rule in (lambda a, b: a == b, suffix, lambda a, b: True):
+        for k in constants:
+            if k in pairs or k not in ps:
+                continue
+            hit = next((n for n, t in new.items() if n not in used and rule(k, n) and fits(k, t)),
+                       None)
+            if hit is not None:
+                pairs[k] = hit
+                used.add(hit)
+    return pairs, [k for k in constants if k not in pairs]
 
 
 def perturb_constant_parameters(model: torch.nn.Module, spread: float = PERTURB_SPREAD,
@@ -151,7 +150,7 @@ class GateReference:
         self.sets, self.skipped = sets, skipped
         self.multi_output, self.output_device = multi_output, device_out
         self.declared, self.perturbed = declared, perturbed
-        #: The perturbed parameters' original constant values (align_renamed_parameters).
+        #: The perturbed parameters' original constant values (match_constant_parameters).
         self.constants = dict(constants or {})
         self._lp_cache: dict[tuple[int, str], tuple[torch.Tensor, ...] | None] = {}
         self._notes: weakref.WeakKeyDictionary[torch.nn.Module, str] = \
@@ -245,31 +244,37 @@ class GateReference:
                           ) -> tuple[torch.nn.Module, "GateReference"]:
         """``ModelNew(*init_inputs)`` under ``torch.manual_seed(0)`` on the device, with the
         reference's weights, perturbed ones included, loaded into it when its state_dict
-        matches by name (align_parameters) or, under other names, by shape and original value
-        (align_renamed_parameters). A candidate that matches neither keeps its own parameters
-        and is still judged against this (perturbed) reference: a kernel that assumes the
-        initial values (LayerNorm's weight 1 and bias 0, or no parameters at all) is wrong, and
-        ``parameter_note`` says why for the rejection's detail.
+        matches by name (align_parameters); otherwise each perturbed constant parameter goes to
+        the candidate parameter that match_constant_parameters pairs it with, and the rest of
+        ModelNew keeps what it built. It is judged against this (perturbed) reference either
+        way: a kernel that assumes the initial values (LayerNorm's weight 1 and bias 0, or no
+        parameters at all) is wrong, and ``parameter_note`` names the constants nothing
+        received, for the rejection's detail.
         Returns: (the model, this reference).
         Raises: whatever ModelNew(...) raises."""
         torch.manual_seed(0)
         model_new = model_new_cls(*self.init_inputs).to(self.device)
         if align_parameters(self.model, model_new) or not self.perturbed:
             return model_new, self
-        if align_renamed_parameters(self.model, model_new, self.constants):
-            logger.info("gate: ModelNew's parameters have other names; matched to the "
-                        "reference's by shape and value, perturbed ones included")
-            return model_new, self
-        mine = ", ".join(f"{k} {tuple(v.shape)}" for k, v in model_new.state_dict().items())
-        self._notes[model_new] = (
-            f"ModelNew's parameters ({mine or 'none'}) do not match the reference's "
-            f"({', '.join(f'{k} {tuple(v.shape)}' for k, v in self.model.state_dict().items())})"
-            f" by name, or by shape and value, so it keeps its own; the gate gave the "
-            f"reference's constant parameters ({', '.join(self.perturbed)}) random values, so "
-            f"a kernel must read its parameters, not assume their initial values. Create them "
-            f"as the reference does (same names and shapes)")
-        logger.info("gate: ModelNew's parameters do not match the reference's; it keeps its "
-                    "own and is judged against the perturbed reference")
+        pairs, unpaired = match_constant_parameters(self.model, model_new, self.constants)
+        ref_ps, new_ps = dict(self.model.named_parameters()), dict(model_new.named_parameters())
+        with torch.no_grad():
+            for k, n in pairs.items():
+                new_ps[n].copy_(ref_ps[k])
+        if pairs:
+            logger.info("gate: ModelNew's parameters have other names; the perturbed constants "
+                        "went to {}", pairs)
+        if unpaired:
+            self._notes[model_new] = (
+                "the gate gave the reference's constant parameters random values, and ModelNew "
+                "has no parameter to receive "
+                + ", ".join(f"{k} {tuple(ref_ps[k].shape)} (initially {self.constants[k]:g})"
+                            for k in unpaired)
+                + " (one of that shape still holding that value), so it computes with values "
+                  "of its own; a kernel must read its parameters, not assume their initial "
+                  "values. Create them as the reference does (same names and shapes)")
+            logger.info("gate: no ModelNew parameter receives {}; judged against the perturbed "
+                        "reference all the same", unpaired)
         return model_new, self
 
     def parameter_note(self, model_new: torch.nn.Module) -> str:

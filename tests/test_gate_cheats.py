@@ -16,7 +16,7 @@ from evokernel import gate_math as gm
 from evokernel.config import GateConfig
 from evokernel.errors import ConfigError
 from evokernel.gate import gate_candidate
-from evokernel.gate_reference import (GateReference, align_renamed_parameters,
+from evokernel.gate_reference import (GateReference, match_constant_parameters,
                                       perturb_constant_parameters)
 from evokernel.gate_run import exception_reason, is_launch_error, is_sticky
 from evokernel.problem import exec_module
@@ -204,11 +204,11 @@ def test_renamed_parameters_are_matched_by_value_and_get_the_perturbed_weights()
     assert outcome.reason is Reason.WRONG_FUNCTION, outcome.detail
 
 
-@pytest.mark.parametrize("kind", ["no parameters", "packed", "extra parameter"])
+@pytest.mark.parametrize("kind", ["no parameters", "packed"])
 def test_unmatched_parameters_are_judged_against_the_perturbed_reference(kind):
     """A candidate whose parameters cannot be matched keeps its own: one that assumes weight 1
-    and bias 0 (here: F.layer_norm without them, or ones/zeros packed or beside an extra
-    parameter) is wrong against the perturbed reference, and the detail says what to do."""
+    and bias 0 (here: F.layer_norm without them, or ones/zeros packed in one tensor) is wrong
+    against the perturbed reference, and the detail says what to do."""
     ref = build(LAYERNORM_DEFAULT)
 
     class Unmatched(nn.Module):
@@ -217,22 +217,30 @@ def test_unmatched_parameters_are_judged_against_the_perturbed_reference(kind):
             self.n = n
             if kind == "packed":
                 self.affine = nn.Parameter(torch.stack([torch.ones(n), torch.zeros(n)]))
-            if kind == "extra parameter":
-                self.gamma, self.beta = nn.Parameter(torch.ones(n)), nn.Parameter(torch.zeros(n))
-                self.unused = nn.Parameter(torch.ones(3))
 
         def forward(self, x):
             y = nn.functional.layer_norm(x, (self.n,), eps=1e-5)
             if kind == "packed":
                 return y * self.affine[0] + self.affine[1]
-            if kind == "extra parameter":
-                return y * self.gamma + self.beta
             return y
     model_new, gate_ref = ref.prepare_candidate(Unmatched)
     assert gate_ref is ref and gate_ref.parameter_note(model_new)
     outcome = gate_candidate(gate_ref, model_new)
     assert outcome.reason is Reason.WRONG_FUNCTION, outcome.detail
     assert "Create them as the reference does" in outcome.detail
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_an_extra_parameter_does_not_stop_the_constants_from_arriving(affine):
+    ref = build(LAYERNORM_DEFAULT)
+
+    class Extra(_Renamed):
+        def __init__(self, n):
+            super().__init__(n, affine=affine)
+            self.unused = nn.Parameter(torch.ones(3))
+    model_new, gate_ref = ref.prepare_candidate(Extra)
+    assert torch.equal(model_new.gamma, ref.model.ln.weight)
+    assert gate_candidate(gate_ref, model_new).passed is affine
 
 
 def test_matched_candidates_carry_no_parameter_note():
@@ -243,16 +251,97 @@ def test_matched_candidates_carry_no_parameter_note():
         assert "note:" not in gate_candidate(gate_ref, model_new).detail
 
 
-def test_ambiguous_renamed_parameters_are_not_matched():
-    a, b = nn.Module(), nn.Module()
-    a.w, a.v = nn.Parameter(torch.ones(4)), nn.Parameter(torch.ones(4))
-    b.p, b.q = nn.Parameter(torch.ones(4)), nn.Parameter(torch.ones(4))
-    constants = {"w": 1.0, "v": 1.0}               # both match both: which is which is unknown
-    before = b.p.detach().clone()
-    assert not align_renamed_parameters(a, b, constants) and torch.equal(b.p, before)
-    c = nn.Module()
-    c.p, c.q = nn.Parameter(torch.ones(4)), nn.Parameter(torch.full((4,), 2.0))
-    assert align_renamed_parameters(a, c, {"w": 1.0, "v": 0.0}) is False   # q has no match
+def test_constant_matching_prefers_names_then_suffixes_then_order():
+    ref = nn.Module()
+    ref.bn, ref.gn = nn.BatchNorm1d(4), nn.GroupNorm(2, 4)    # two weight 1 / bias 0 pairs
+    constants = {"bn.weight": 1.0, "bn.bias": 0.0, "gn.weight": 1.0, "gn.bias": 0.0}
+    same = nn.Module()
+    same.gn, same.bn = nn.GroupNorm(2, 4), nn.BatchNorm1d(4)  # registered the other way round
+    assert match_constant_parameters(ref, same, constants)[0] == {k: k for k in constants}
+    wrapped = nn.Module()
+    wrapped.model = ref.__class__()
+    wrapped.model.bn, wrapped.model.gn = nn.BatchNorm1d(4), nn.GroupNorm(2, 4)
+    pairs, unpaired = match_constant_parameters(ref, wrapped, constants)
+    assert pairs == {k: "model." + k for k in constants} and unpaired == []
+    renamed = nn.Module()
+    renamed.a, renamed.b = nn.BatchNorm1d(4), nn.GroupNorm(2, 4)
+    pairs, _ = match_constant_parameters(ref, renamed, constants)
+    assert pairs == {"bn.weight": "a.weight", "bn.bias": "a.bias",
+                     "gn.weight": "b.weight", "gn.bias": "b.bias"}
+    none = nn.Module()
+    none.w = nn.Parameter(torch.full((4,), 2.0))             # holds no reference constant
+    assert match_constant_parameters(ref, none, constants) == ({}, list(constants))
+
+
+TWO_NORMS = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, i, o, g):
+        super().__init__()
+        self.gemm = nn.Linear(i, o)
+        self.batch_norm = nn.BatchNorm1d(o)
+        self.group_norm = nn.GroupNorm(g, o)
+    def forward(self, x):
+        x = torch.nn.functional.gelu(self.batch_norm(self.gemm(x)))
+        return self.group_norm(x)
+def get_inputs(): return [torch.randn(16, 64)]
+def get_init_inputs(): return [64, 128, 8]
+"""
+
+
+class _TwoNorms(nn.Module):
+    """TWO_NORMS written the ways an LLM might (the second review's cases); ``skip`` hard-codes
+    the group norm's weight 1 and bias 0."""
+
+    def __init__(self, i, o, g, style="renamed", skip=False):
+        super().__init__()
+        self.style, self.skip, self.g = style, skip, g
+        if style == "sequential":
+            self.net = nn.Sequential(nn.Linear(i, o), nn.BatchNorm1d(o))
+        else:
+            self.linear, self.bn = nn.Linear(i, o), nn.BatchNorm1d(o)
+        self.gn = nn.GroupNorm(g, o)
+        if style == "transposed":                  # a GEMM kernel's pre-transposed weight
+            self.weight_t = nn.Parameter(self.linear.weight.detach().t().contiguous())
+            self.bias = nn.Parameter(self.linear.bias.detach().clone())
+            del self.linear
+
+    def forward(self, x):
+        if self.style == "sequential":
+            x = self.net(x)
+        elif self.style == "transposed":
+            x = self.bn(x @ self.weight_t + self.bias)
+        else:
+            x = self.bn(self.linear(x))
+        x = nn.functional.gelu(x)
+        if self.skip:
+            return nn.functional.group_norm(x, self.g, eps=self.gn.eps)
+        return self.gn(x)
+
+
+@pytest.mark.parametrize("style", ["renamed", "sequential", "transposed"])
+def test_two_norms_written_differently_pass_and_skipping_one_fails(style):
+    ref = build(TWO_NORMS)
+    assert len(ref.perturbed) == 4
+    honest, gate_ref = ref.prepare_candidate(lambda *a: _TwoNorms(*a, style=style))
+    assert gate_ref.parameter_note(honest) == ""
+    outcome = gate_candidate(gate_ref, honest)
+    assert outcome.passed, outcome.detail
+    cheat, gate_ref = ref.prepare_candidate(lambda *a: _TwoNorms(*a, style=style, skip=True))
+    assert not gate_candidate(gate_ref, cheat).passed
+
+
+def test_lazy_and_odd_extra_parameters_do_not_break_preparation():
+    ref = build(LAYERNORM_DEFAULT)
+
+    class Odd(_Renamed):
+        def __init__(self, n):
+            super().__init__(n)
+            self.lazy = nn.LazyLinear(4)                   # uninitialized until first call
+            self.eps_param = nn.Parameter(torch.tensor(1e-5))   # 0-d
+    model_new, gate_ref = ref.prepare_candidate(Odd)
+    assert gate_ref.parameter_note(model_new) == ""
+    assert torch.equal(model_new.gamma, ref.model.ln.weight)
 
 
 def test_perturbation_is_deterministic_and_can_be_turned_off():
@@ -536,10 +625,9 @@ def test_report_main_with_a_fake_evaluator(tmp_path, monkeypatch):
 
 def test_renamed_batchnorm_matches_its_parameters_whatever_its_running_statistics():
     ref = nn.BatchNorm1d(8)
-    perturbed_names = perturb_constant_parameters(ref)
-    assert perturbed_names == ("weight", "bias")
+    assert perturb_constant_parameters(ref) == ("weight", "bias")
     ref(torch.randn(16, 8) + 100)                  # the reference's forward moves its buffers
     cand = nn.Module()
     cand.bn = nn.BatchNorm1d(8)
-    assert align_renamed_parameters(ref, cand, {"weight": 1.0, "bias": 0.0})
-    assert torch.equal(cand.bn.weight, ref.weight) and torch.equal(cand.bn.bias, ref.bias)
+    pairs, unpaired = match_constant_parameters(ref, cand, {"weight": 1.0, "bias": 0.0})
+    assert pairs == {"weight": "bn.weight", "bias": "bn.bias"} and unpaired == []

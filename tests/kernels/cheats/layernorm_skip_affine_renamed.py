@@ -1,7 +1,7 @@
 """Lead's note (LayerNorm's weight = 1, bias = 0): layernorm_skip_affine with the parameters under
 names of its own (gamma, beta), so the reference's state_dict does not load into it by name. The
 gate matches them to the reference's by shape and original value (gamma = 1 -> ln.weight,
-beta = 0 -> ln.bias; gate_reference.align_renamed_parameters), loads the perturbed values, and
+beta = 0 -> ln.bias; gate_reference.match_constant_parameters), loads the perturbed values, and
 the skipped affine step is wrong by ~10%. Before that match existed this kernel was judged
 against the unperturbed reference and passed.
 
