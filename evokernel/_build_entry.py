@@ -1,10 +1,11 @@
 """Subprocess entry point of one candidate build (started by ``evokernel.build.Builder``).
 
 Usage: ``python -m evokernel._build_entry WORK_DIR CACHE_DIR ARCH [trim|full]``. Imports
-``WORK_DIR/candidate.py`` with ``load_inline`` routed through the build cache (``trim``: with
-``<torch/extension.h>`` left out of ``cuda_sources``, see evokernel.build_headers), prints
-tracebacks to stdout (the Builder's log), and writes ``WORK_DIR/result.json``: ok, cache_hit,
-build_dirs, flags, trimmed (some build left the header out). Exits with status 0 whenever the result was written, whatever the candidate did.
+``WORK_DIR/candidate.py`` with ``load_inline`` routed through the build cache (``trim``: with a
+light stand-in for ``<torch/extension.h>``, see evokernel.build_headers), prints tracebacks to
+stdout (the Builder's log), and writes ``WORK_DIR/result.json``: ok, cache_hit, build_dirs,
+flags, trimmed (some build used the light header). Exits with status 0 whenever the result was
+written, whatever the candidate did.
 """
 from __future__ import annotations
 

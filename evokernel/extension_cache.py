@@ -200,8 +200,6 @@ class _LoadInlinePatch:
         spec = {k: v for k, v in a.items()
                 if k not in ("build_directory", "verbose", "keep_intermediates", "use_pch")}
         key = cache_key({**spec, **toolchain(), "arch": self.arch})   # of the source as given
-        if self.trim_headers and not a.get("no_implicit_headers"):
-            a["cuda_sources"], a["_trimmed"] = trim_extension_include(a.get("cuda_sources"))
         return a, notes, key
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -244,7 +242,10 @@ class _LoadInlinePatch:
         if build_dir.exists():
             shutil.rmtree(build_dir)                 # partial build of a killed process
         build_dir.mkdir(parents=True)
-        call["trimmed"] = trimmed = a.pop("_trimmed", False)
+        trimmed = False                              # only a build that runs is trimmed
+        if self.trim_headers and not a.get("no_implicit_headers"):
+            a["cuda_sources"], trimmed = trim_extension_include(a.get("cuda_sources"))
+        call["trimmed"] = trimmed
         if trimmed:                                  # beside cuda.cu, for its #include "..."
             (build_dir / LIGHT_HEADER_NAME).write_text(LIGHT_HEADER)
         if self.announce:
@@ -264,7 +265,8 @@ class _LoadInlinePatch:
 def patched_load_inline(cache_dir: Path, arch: str, trim_headers: bool = False
                         ) -> Iterator[_LoadInlinePatch]:
     """Route ``torch.utils.cpp_extension.load_inline`` through the build cache while active;
-    ``trim_headers``: leave ``<torch/extension.h>`` out of new builds (evokernel.build_headers).
+    ``trim_headers``: build with a light stand-in for ``<torch/extension.h>``
+    (evokernel.build_headers).
 
     Code that imported ``load_inline`` by name while active keeps the cached version afterwards.
     Yields: the patch; its ``calls`` list records every call (build folder, cache hit, flags).

@@ -87,14 +87,15 @@ headline_mock() {
   $EK show "$R/headline_mock/softmax" >"$R/show_headline_mock.txt" 2>&1
 }
 CHECK_ARGS=${CHECK_ARGS:-}
+PREBUILD_FILES="problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py"  # globbed where used
 for s in ${stage//,/ }; do
   case "$s" in
-    prebuild) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py \
+    prebuild) python3 scripts/prebuild.py $PREBUILD_FILES \
                 | tee "$R/prebuild.txt" ;;
     prebuild-ab)  # the same 14 files built cold with and without <torch/extension.h>, 8 at once
               for h in full trimmed; do rm -rf "/tmp/evokernel-ab-$h"
                 python3 scripts/prebuild.py --cache "/tmp/evokernel-ab-$h" $([ $h = full ] && echo --full-headers) \
-                  problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py | tee "$R/prebuild_$h.txt" | tail -1
+                  $PREBUILD_FILES | tee "$R/prebuild_$h.txt" | tail -1
               done ;;
     gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 \
                  | tee "$R/gpu_tests.txt" | tail -25 ;;
@@ -108,7 +109,7 @@ for s in ${stage//,/ }; do
     gate-report) timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report" \
                    2>&1 | tee "$R/gate_report.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -120 ;;
     bench) bench ;;
-    validate) python3 scripts/prebuild.py problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py \
+    validate) python3 scripts/prebuild.py $PREBUILD_FILES \
                 | tee "$R/prebuild.txt"
               python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
               check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
