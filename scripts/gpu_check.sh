@@ -51,6 +51,18 @@ EK="python3 -m evokernel"
   nproc
 } >"$R/env.txt" 2>&1
 cat "$R/env.txt"
+machine_state() {  # load, the busiest processes and the GPU's state: tells a noisy host from ours
+  { date -u +"%H:%M:%S"; cat /proc/loadavg
+    nvidia-smi --query-gpu=utilization.gpu,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
+    nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
+    ps -eo pid,pcpu,etime,comm --sort=-pcpu | head -8; echo; } >>"$R/machine_state.txt" 2>&1
+}
+machine_state
+# CPU use and steal (vmstat's "st": time a virtual machine's host gave to others) and the GPU's
+# load and clocks every 5 s, for the whole call
+vmstat -t 5 >"$R/vmstat.txt" 2>&1 & VMSTAT=$!
+nvidia-smi dmon -s puc -d 5 >"$R/dmon.txt" 2>&1 & DMON=$!
+trap 'kill $VMSTAT $DMON 2>/dev/null' EXIT
 
 # Each stage is bounded by `timeout`, so a slow one still leaves its results and the table.
 LIMIT=${LIMIT:-560}
@@ -119,6 +131,7 @@ for s in ${stage//,/ }; do
   esac
 done
 
+machine_state
 { python3 scripts/summarize.py "$R"
   if [ -f "$R/bench_summary.md" ]; then echo; tail -n +2 "$R/bench_summary.md"; fi
 } | tee "$R/summary.md"
