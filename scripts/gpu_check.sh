@@ -34,7 +34,9 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
-if ! python3 -c "import evokernel.operators.tune" 2>/dev/null; then
+# Checked from another folder: build and worker processes start elsewhere, so the package must
+# import from anywhere, not only from the repository root.
+if ! (cd / && python3 -c "import evokernel.operators.tune") 2>/dev/null; then
   if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$R/install.log" 2>&1; then
     # No usable setuptools there: map the packages by links in this scratch copy instead.
     tail -5 "$R/install.log"; ln -sfn "$PWD/operators" evokernel/operators

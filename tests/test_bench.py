@@ -630,3 +630,16 @@ def test_cli_wiring_as_the_lead_will_add_it():
     b.set_defaults(func=bench.cmd_bench)
     args = parser.parse_args(["bench", "--dry-run", "--phases", "fidelity"])
     assert args.func is bench.cmd_bench and args.phases == ("fidelity",)
+
+
+def test_fidelity_markdown_shows_each_timing_method_of_the_do_bench_process():
+    db = {"reference_ms": 8.35, "candidate_ms": 0.50, "speedup": 16.7,
+          "inproc_reference_ms": 8.40, "inproc_candidate_ms": 0.576, "inproc_speedup": 14.58,
+          "hidden_reference_ms": 8.34, "hidden_candidate_ms": 0.501, "hidden_speedup": 16.65}
+    row = bench.fidelity_row("layernorm", [{"run": 1, "verdict": "accept", "reason": "ok",
+                                            "reference_ms": 8.4, "candidate_ms": 0.58,
+                                            "speedup": 14.5}], db)
+    md = bench.fidelity_markdown({"runs": 1, "problems": [row.to_dict()]})
+    assert "| layernorm | evokernel timing there | - | 8.4000 | 0.5760 | 14.5800 |" in md
+    assert "| layernorm | launch hidden there | - | 8.3400 | 0.5010 | 16.6500 |" in md
+    assert row.agreement_ok is False                 # 14.5 / 16.7 - 1 = -13%

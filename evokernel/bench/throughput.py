@@ -148,7 +148,8 @@ def _result_row(r: EvalResult, timing: TimingConfig) -> dict[str, Any]:
     return {"verdict": r.verdict.value, "reason": r.reason.value, "build_s": r.build_s,
             "eval_s": r.eval_s, "gate_s": gate, "time_s": timed, "split_measured": measured,
             "reference_ms": r.reference_ms, "candidate_ms": r.candidate_ms,
-            "speedup": r.speedup, "trials": _trials(r.detail), "detail": r.detail[:300]}
+            "speedup": r.speedup, "trials": _trials(r.detail), "detail": r.detail[:300],
+            "log_tail": "" if r.accepted else (r.log or "")[-1500:]}
 
 
 def _throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], cache: Path,
