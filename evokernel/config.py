@@ -91,6 +91,12 @@ class TimingConfig:
 
     Trials are added in rounds until the 95% confidence interval of the median is within
     ``target_rel_ci`` of the median, or ``max_trials`` is reached.
+
+    hide_host_ms: when > 0, each trial queues a spin that fills every SM for this many
+        milliseconds before its start event, so up to that much host time of the call
+        (Python, dispatch, launches) is not counted, as in ``triton.testing.do_bench``
+        (evokernel.timing, evokernel.device_spin). 0 (the default): the device is idle at
+        the start event, and the host time counts.
     """
 
     warmup_ms: float = 25.0
@@ -98,10 +104,14 @@ class TimingConfig:
     max_trials: int = 400
     target_rel_ci: float = 0.01
     max_time_s: float = 20.0
+    hide_host_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.min_trials < 5 or self.max_trials < self.min_trials:
             raise ConfigError("timing: need 5 <= min_trials <= max_trials")
+        if not 0 <= self.hide_host_ms <= 100:         # False for NaN too
+            raise ConfigError(f"timing.hide_host_ms must be in [0, 100] ms, got "
+                              f"{self.hide_host_ms}")
 
 
 @dataclass(frozen=True)

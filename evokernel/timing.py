@@ -12,10 +12,17 @@ Method (DESIGN.md § Timing):
   so drift (clocks, temperature) hits every function alike, and rounds of trials are added until
   the 95% CI of every median is within ``TimingConfig.target_rel_ci`` of it.
 
-Because the device is idle when the start event is recorded, an event time includes the host
-time of the call (Python, dispatch, launch), for the reference and the candidate alike: it is the
-time of one ``forward`` call as a user sees it, not of the kernels alone (an empty call reads
-~0.006 ms on an H200).
+With ``TimingConfig.hide_host_ms = 0`` (the default) the device is idle when the start event is
+recorded, so an event time includes the host time of the call (Python, dispatch, launch), for the
+reference and the candidate alike: the time of one ``forward`` call as a user sees it, not of the
+kernels alone (an empty call reads ~0.006 ms on an H200). That host time varies from process to
+process, and it is why evokernel's speedups differed from ``triton.testing.do_bench``'s by up to
+6.6% on an H200 (results/h200-2026-11-30-s3). With ``hide_host_ms > 0`` a trial queues a spin
+that fills every SM for that long (:class:`evokernel.device_spin.DeviceSpin`) before the start
+event instead, so the host's time overlaps it and the event time holds the GPU's work; the
+trial's second time is then measured on the GPU clock, from the start event to an event recorded
+after the device-wide synchronize (see :func:`side_stream_suspect`). Not yet the default: it has
+not been through the gate report on the H200.
 
 Timer functions (``time.perf_counter``, ``torch.cuda.synchronize``) are bound when this module is
 imported, so a candidate that monkey-patches them later does not change these timings.
@@ -28,7 +35,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 from loguru import logger
@@ -49,8 +56,10 @@ class TimingStats:
     """Trials of one function.
 
     times_ms: raw CUDA-event times of each trial, milliseconds, unrounded, in trial order.
-    host_times_ms: host wall time of the same trials (device synchronize before the start event
-        to device synchronize after the end event), milliseconds.
+    host_times_ms: the whole device's time of the same trials, milliseconds: the host's wall
+        time from a device synchronize before the start event to one after the end event, or,
+        with ``TimingConfig.hide_host_ms > 0``, the GPU clock's from the start event to an event
+        recorded after that synchronize (:func:`spin_trial`).
     median_ms: median of ``times_ms``.
     ci_low_ms, ci_high_ms: distribution-free 95% confidence interval of that median
         (:func:`median_ci`); -inf / inf when there are too few trials to bound it (n <= 5).
@@ -150,6 +159,12 @@ def side_stream_suspect(stats: TimingStats, *, factor: float = SIDE_STREAM_FACTO
     rule flags f > 1/6 of the work on calls longer than ~0.3 ms (the slack dominates below
     that). Work that shares the GPU with the main stream's kernels (both fill the SMs) delays
     them too and is largely inside the event time already.
+    With ``hide_host_ms > 0`` the second time is the GPU clock's, from the start event to an
+    event recorded after the device-wide synchronize (:func:`spin_trial`): the call's host time
+    is in neither, side-stream work still only in the second (the spin before the start event
+    fills every SM, so no kernel of another stream can run before it), and the two differ by
+    the synchronize's wake-up and one event record, which ``slack_ms`` covers. Those medians are
+    not yet measured on the H200.
     Inputs: stats of one function; factor (>= 1) and slack_ms (ms).
     Returns: True if the candidate should be rejected as ``Reason.SIDE_STREAM``.
     """
@@ -208,14 +223,19 @@ class CudaClock:
     buffer) across calls; it must be on ``device``."""
 
     def __init__(self, device: torch.device | int | str | None = None,
-                 flusher: L2Flusher | None = None) -> None:
+                 flusher: L2Flusher | None = None, hide_host_ms: float = 0.0) -> None:
         self.flusher = flusher if flusher is not None else L2Flusher(device)
         self.device = self.flusher.device
         if device is not None and _cuda_device(device) != self.device:
             raise ValueError(f"flusher is on {self.device}, not {device}")
+        self.spin = None
+        if hide_host_ms > 0:
+            from evokernel.device_spin import DeviceSpin
+            self.spin = DeviceSpin(self.device, hide_host_ms)
         with torch.cuda.device(self.device):
             self._start = _CudaEvent(enable_timing=True)
             self._end = _CudaEvent(enable_timing=True)
+            self._done = _CudaEvent(enable_timing=True)
 
     def now_s(self) -> float:
         return _perf_counter()
@@ -228,6 +248,9 @@ class CudaClock:
     def trial(self, call: Callable[[], object]) -> tuple[float, float]:
         with torch.cuda.device(self.device):     # entered and left outside the timed interval
             self.flusher.flush()
+            if self.spin is not None:
+                return spin_trial(self.spin.launch, self._start, self._end, self._done,
+                                  lambda: _cuda_synchronize(self.device), call)
             _cuda_synchronize(self.device)
             t0 = _perf_counter()
             self._start.record()
@@ -236,6 +259,26 @@ class CudaClock:
             _cuda_synchronize(self.device)
             t1 = _perf_counter()
             return float(self._start.elapsed_time(self._end)), (t1 - t0) * 1e3
+
+
+def spin_trial(spin: Callable[[], None], start: Any, end: Any, done: Any,
+               synchronize: Callable[[], None], call: Callable[[], object]
+               ) -> tuple[float, float]:
+    """One trial with the host's time hidden (``TimingConfig.hide_host_ms``), after the L2
+    flush: queue the device-filling spin, record ``start``, call, record ``end``, synchronize the
+    whole device, record ``done`` and wait for it.
+    Returns (start->end, start->done) in ms: the call's GPU time on the current stream, and the
+    whole device's time from the start event until all its work, side streams included, was done
+    (plus the synchronize's wake-up and one event record, ~10-20 us), the second value that
+    :func:`side_stream_suspect` compares with the first."""
+    spin()
+    start.record()
+    call()
+    end.record()
+    synchronize()
+    done.record()
+    done.synchronize()
+    return float(start.elapsed_time(end)), float(start.elapsed_time(done))
 
 
 class HostClock:
@@ -255,15 +298,15 @@ class HostClock:
 
 
 def default_clock(device: torch.device | int | str | None = None,
-                  flusher: L2Flusher | None = None) -> Clock:
+                  flusher: L2Flusher | None = None, hide_host_ms: float = 0.0) -> Clock:
     """CudaClock on a CUDA device (the flusher's, else the current one if ``device`` is None
-    and CUDA is available), HostClock otherwise."""
+    and CUDA is available), HostClock otherwise (which ignores ``hide_host_ms``)."""
     if device is None:
         if flusher is not None:
-            return CudaClock(flusher=flusher)
-        return CudaClock() if torch.cuda.is_available() else HostClock()
+            return CudaClock(flusher=flusher, hide_host_ms=hide_host_ms)
+        return CudaClock(hide_host_ms=hide_host_ms) if torch.cuda.is_available() else HostClock()
     if torch.device(device).type == "cuda":
-        return CudaClock(device, flusher)
+        return CudaClock(device, flusher, hide_host_ms)
     return HostClock()
 
 
@@ -289,7 +332,7 @@ def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingC
             input sets, so an output cached across calls is not reused. Typically
             {"reference": ..., "candidate": ...}.
         config: warmup_ms (warm-up budget per function, at least 2 calls), min_trials,
-            max_trials, target_rel_ci, max_time_s.
+            max_trials, target_rel_ci, max_time_s, hide_host_ms (default clock only).
         device: the CUDA device for the default clock (None: current device, or the host clock
             when CUDA is unavailable).
         clock: a :class:`Clock`; default :func:`default_clock` (device, flush).
@@ -309,7 +352,7 @@ def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingC
     bad = [name for name, fn in fns.items() if not callable(fn)]
     if bad:
         raise ValueError(f"time_interleaved: not callable: {bad}")
-    clock = clock if clock is not None else default_clock(device, flush)
+    clock = clock if clock is not None else default_clock(device, flush, config.hide_host_ms)
     names = list(fns)
     gc_was_enabled = gc.isenabled()
     gc.collect()

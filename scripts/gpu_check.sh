@@ -14,6 +14,7 @@
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
 #          (tests/test_gpu_gate_fixtures.py, the same run), so run it on its own:
 #          python3 -m pytest -q -m gpu tests/test_gpu_gate_fixtures.py
+#          GATE_ARGS adds flags, e.g. GATE_ARGS="--hide-host-ms 1" (timing.hide_host_ms)
 #   bench: the engine benchmarks (evokernel.bench: throughput cold/warm/sequential, fidelity vs
 #          triton do_bench), sized to what is left of a 10-minute call (CALL_LIMIT, default 590 s,
 #          counted from this script's start); BENCH_ARGS adds flags, e.g.
@@ -120,7 +121,7 @@ for s in ${stage//,/ }; do
     mock) mock ;;
     headline-mock) headline_mock ;;
     suite) timeout "$LIMIT" $EK suite problems/ -o "$R/suite" 2>&1 | tee "$R/suite.txt" | grep -v DEBUG | tail -25 ;;
-    gate-report) timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report" \
+    gate-report) timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report" ${GATE_ARGS:-} \
                    2>&1 | tee "$R/gate_report.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -120 ;;
     bench) bench ;;
     validate) python3 scripts/prebuild.py $PREBUILD_FILES \

@@ -643,3 +643,13 @@ def test_fidelity_markdown_shows_each_timing_method_of_the_do_bench_process():
     assert "| layernorm | evokernel timing there | - | 8.4000 | 0.5760 | 14.5800 |" in md
     assert "| layernorm | launch hidden there | - | 8.3400 | 0.5010 | 16.6500 |" in md
     assert row.agreement_ok is False                 # 14.5 / 16.7 - 1 = -13%
+
+
+def test_hide_host_ms_reaches_every_evaluator_config_and_bad_values_are_refused(tmp_path):
+    from evokernel.bench.deps import _eval_config
+    plan = bench.plan_from_args(_args(["--hide-host-ms", "1", "--results-dir", str(tmp_path)]))
+    assert plan.hide_host_ms == 1.0
+    assert _eval_config(plan, tmp_path).timing.hide_host_ms == 1.0
+    assert bench.plan_from_args(_args(["--results-dir", str(tmp_path)])).hide_host_ms == 0.0
+    with pytest.raises(ConfigError, match="hide_host_ms"):
+        bench.plan_from_args(_args(["--hide-host-ms", "-1", "--results-dir", str(tmp_path)]))

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from evokernel.config import TimingConfig
-from evokernel.timing import (HostClock, TimingStats, median_ci, side_stream_suspect,
+from evokernel.device_spin import SPIN_NAME, SPIN_SOURCE, spin_launch_shape
+from evokernel.errors import ConfigError
+from evokernel.timing import (HostClock, TimingStats, median_ci, side_stream_suspect, spin_trial,
                               time_interleaved, warm_up)
 
 
@@ -225,10 +227,72 @@ def test_side_stream_rule():
     assert not side_stream_suspect(stats_of(1.0, 1.3), factor=1.5)
 
 
+# ---- hiding the host's time (TimingConfig.hide_host_ms) --------------------------------------
+
+class FakeEvent:
+    """Stamps the order in which it was recorded; elapsed_time is the gap in those stamps."""
+
+    def __init__(self, name, log, stamps):
+        self.name, self.log, self.stamps = name, log, stamps
+
+    def record(self):
+        self.log.append(f"record {self.name}")
+        self.stamps[self.name] = len(self.log)
+
+    def synchronize(self):
+        self.log.append(f"wait {self.name}")
+
+    def elapsed_time(self, other):
+        return float(self.stamps[other.name] - self.stamps[self.name])
+
+
+def test_spin_trial_spins_before_the_start_event_and_times_the_device_after_a_full_sync():
+    log, stamps = [], {}
+    start, end, done = (FakeEvent(n, log, stamps) for n in ("start", "end", "done"))
+    got = spin_trial(lambda: log.append("spin"), start, end, done,
+                     lambda: log.append("synchronize device"), lambda: log.append("call"))
+    assert log == ["spin", "record start", "call", "record end", "synchronize device",
+                   "record done", "wait done"]
+    assert got == (2.0, 4.0)          # start->end, start->done (done after the device sync)
+
+
+@pytest.mark.parametrize("bad", [-1.0, 101.0, float("nan")])
+def test_hide_host_ms_must_be_a_sane_duration(bad):
+    with pytest.raises(ConfigError, match="hide_host_ms"):
+        TimingConfig(hide_host_ms=bad)
+    assert TimingConfig().hide_host_ms == 0.0        # off unless asked for
+
+
+def test_spin_fills_every_thread_slot_of_every_sm():
+    assert spin_launch_shape(132, 2048) == (264, 1024)   # H200
+    assert spin_launch_shape(10, 1536) == (10, 1024)      # 1536 = 1024 + 512: one block fits
+    assert spin_launch_shape(4, 768) == (4, 768)
+    with pytest.raises(ValueError):
+        spin_launch_shape(0, 2048)
+
+
+def test_spin_kernel_compiles_for_sm90_with_torchs_nvrtc():
+    utils = pytest.importorskip("torch.cuda._utils")
+    if not hasattr(utils, "_nvrtc_compile"):
+        pytest.skip("this torch has no NVRTC wrapper")
+    try:
+        code, name = utils._nvrtc_compile(SPIN_SOURCE, SPIN_NAME, compute_capability="90")
+    except OSError as e:                              # no libnvrtc on this machine
+        pytest.skip(f"NVRTC not loadable: {e}")
+    assert name == SPIN_NAME and len(code) > 0
+
+
+def test_host_clock_ignores_hide_host_ms():
+    stats = time_interleaved({"f": lambda i: sum(range(100))}, cfg(hide_host_ms=1.0,
+                             min_trials=5, max_trials=5), device="cpu")
+    assert stats["f"].trials == 5
+
+
 # ---- on the GPU ------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-def test_cuda_clock_catches_side_stream_work():
+@pytest.mark.parametrize("hide_host_ms", [0.0, 1.0])
+def test_cuda_clock_catches_side_stream_work(hide_host_ms):
     from evokernel.timing import L2Flusher
     dev = torch.device("cuda")
     flusher = L2Flusher(dev)
@@ -241,10 +305,31 @@ def test_cuda_clock_catches_side_stream_work():
             a @ a
 
     stats = time_interleaved({"plain": lambda i: a @ a, "hidden": hidden},
-                             cfg(warmup_ms=25.0, max_trials=100), device="cuda:0", flush=flusher)
+                             cfg(warmup_ms=25.0, max_trials=100, hide_host_ms=hide_host_ms),
+                             device="cuda:0", flush=flusher)
     assert not side_stream_suspect(stats["plain"])
     assert side_stream_suspect(stats["hidden"])
     assert stats["hidden"].host_median_ms > 0.5 * stats["plain"].median_ms
+
+
+@pytest.mark.gpu
+def test_hide_host_ms_hides_the_calls_host_time_and_nothing_else():
+    import time
+    dev = torch.device("cuda")
+    a = torch.randn(4096, 4096, device=dev)
+
+    def slow_host(i):                 # 0.3 ms of host time before ~0.1 ms of GPU work
+        time.sleep(0.0003)
+        return a @ a
+
+    def run(hide):
+        return time_interleaved({"gemm": lambda i: a @ a, "slow_host": slow_host},
+                                cfg(warmup_ms=25.0, max_trials=100, hide_host_ms=hide),
+                                device=dev)
+    shown, hidden = run(0.0), run(1.0)
+    assert shown["slow_host"].median_ms > shown["gemm"].median_ms + 0.25
+    assert hidden["slow_host"].median_ms < hidden["gemm"].median_ms * 1.05 + 0.02
+    assert not side_stream_suspect(hidden["slow_host"]) and not side_stream_suspect(hidden["gemm"])
 
 
 @pytest.mark.gpu

@@ -101,6 +101,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--setup-concurrency", type=_positive_int, default=10,
                    help="evaluators set up and alive at once (default 10: two fidelity runs "
                         "of five problems; a softmax worker holds ~13 GiB of GPU memory)")
+    p.add_argument("--hide-host-ms", type=float, default=0.0,
+                   help="timing.hide_host_ms: hide up to this much host time per call behind a "
+                        "GPU spin (default 0: off)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and its time estimate, run nothing (no GPU needed)")
     p.add_argument("--cores", type=_positive_int, default=None,
@@ -123,7 +126,8 @@ def plan_from_args(args: argparse.Namespace) -> BenchPlan:
                          compile_baseline=args.compile_baseline,
                          do_bench_rep_ms=args.do_bench_rep_ms,
                          do_bench_rounds=args.do_bench_rounds,
-                         setup_concurrency=args.setup_concurrency)
+                         setup_concurrency=args.setup_concurrency,
+                         hide_host_ms=args.hide_host_ms)
     except ValueError as e:
         raise ConfigError(f"bench: {e}") from e
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from loguru import logger
 
 from evokernel.bench.plan import BenchPlan, CostModel
-from evokernel.config import EvalConfig
+from evokernel.config import EvalConfig, TimingConfig
 from evokernel.errors import ConfigError
 from evokernel.records import Candidate
 
@@ -134,6 +134,7 @@ def _try_evaluate(call: Callable[[], T], where: str) -> tuple[T | None, str]:
 
 def _eval_config(plan: BenchPlan, cache: Path, *, build_workers: int | None = None) -> EvalConfig:
     return EvalConfig(cache_dir=str(cache), measure_compile=plan.compile_baseline,
+                      timing=TimingConfig(hide_host_ms=plan.hide_host_ms),
                       build_workers=build_workers if build_workers is not None
                       else plan.build_workers)
 

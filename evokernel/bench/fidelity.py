@@ -178,7 +178,8 @@ def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
         finally:
             _close_all(evs)
     builder.join()
-    head = {"runs": plan.fidelity_runs, "setup_s": setup_s, "prepare_s": prep_s,
+    head = {"runs": plan.fidelity_runs, "hide_host_ms": plan.hide_host_ms,
+            "setup_s": setup_s, "prepare_s": prep_s,
             "prebuild": [{"problem": p.name, "ok": getattr(b, "ok", None),
                           "build_s": getattr(b, "build_s", None),
                           "cache_hit": getattr(b, "cache_hit", None)}
@@ -191,6 +192,7 @@ def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
     _write(Path(plan.results_dir), "fidelity", partial, fidelity_markdown(partial))
     spec = {"cache_dir": str(cache), "warmup_ms": plan.do_bench_warmup_ms,
             "rep_ms": plan.do_bench_rep_ms, "rounds": plan.do_bench_rounds,
+            "hide_host_ms": plan.hide_host_ms,
             "problems": [{"name": p.name, "path": str(p.path), "source": p.source,
                           "seed_source": p.seed_source} for p in problems]}
     t1 = deps.now()
@@ -329,8 +331,8 @@ def time_launch_hidden(calls: Mapping[str, Callable[[], object]], *, flush: Any,
 def do_bench_main(spec_path: str, out_path: str) -> int:
     """The do_bench process (``python -m evokernel.bench _do_bench SPEC OUT``): runs
     :func:`measure_do_bench` on GPU 0 for each problem of the spec ({"cache_dir", "arch",
-    "warmup_ms", "rep_ms", "rounds", "problems": [...]}) and writes {"versions": {...},
-    "problems": {name: {...} or {"error": ...}}} (or {"error": ...} without triton) to OUT.
+    "warmup_ms", "rep_ms", "rounds", "hide_host_ms", "problems": [...]}) and writes
+    {"versions": {...}, "problems": {name: {...} or {"error": ...}}} (or {"error": ...} without triton) to OUT.
     Returns 0 whenever OUT was written."""
     import traceback
 
@@ -364,7 +366,8 @@ def do_bench_main(spec_path: str, out_path: str) -> int:
                                    arch=spec.get("arch") or device_arch(), device=device,
                                    bench=do_bench, warmup_ms=spec["warmup_ms"],
                                    rep_ms=spec["rep_ms"], rounds=int(spec["rounds"]),
-                                   flush=flusher)
+                                   flush=flusher, timing=TimingConfig(
+                                       hide_host_ms=float(spec.get("hide_host_ms", 0.0))))
             out["problems"][p["name"]] = got
             print(f"{p['name']}: do_bench {got['reference_ms']:.4f} / {got['candidate_ms']:.4f} "
                   f"ms, evokernel's timing {got['inproc_reference_ms']:.4f} / "

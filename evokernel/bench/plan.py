@@ -163,6 +163,8 @@ class BenchPlan:
         kernel; the median over rounds of each call's median is kept.
     setup_concurrency: evaluators set up (and alive) at once; fidelity sets up whole runs, at
         least one run per group.
+    hide_host_ms: ``TimingConfig.hide_host_ms`` of every evaluator and of the do_bench
+        process's evokernel timing (0: off, the default).
     """
 
     results_dir: Path
@@ -179,6 +181,7 @@ class BenchPlan:
     do_bench_rep_ms: float = 100.0
     do_bench_rounds: int = 3
     setup_concurrency: int = 10
+    hide_host_ms: float = 0.0
 
     def __post_init__(self) -> None:
         bad = [p for p in self.phases if p not in PHASES]
@@ -201,6 +204,8 @@ class BenchPlan:
             raise ValueError(f"build_workers must be >= 1, got {self.build_workers}")
         if self.do_bench_rounds < 1 or not self.do_bench_rep_ms > 0 or self.do_bench_warmup_ms < 0:
             raise ValueError("do_bench: need rounds >= 1, rep_ms > 0, warmup_ms >= 0")
+        if not 0 <= self.hide_host_ms <= 100:
+            raise ValueError(f"hide_host_ms must be in [0, 100], got {self.hide_host_ms}")
         if self.setup_concurrency < 1:
             raise ValueError(f"setup_concurrency must be >= 1, got {self.setup_concurrency}")
 

@@ -82,7 +82,9 @@ def fidelity_markdown(report: Mapping[str, Any]) -> str:
     lines = ["# Timing fidelity", "",
              f"Each seed kernel re-measured in {runs} separate evaluators (separate worker "
              "processes). Spread = max/min - 1 of the speedup over the runs (target <= "
-             f"{MAX_SPEEDUP_SPREAD:.0%}). do_bench: `triton.testing.do_bench` in a separate "
+             f"{MAX_SPEEDUP_SPREAD:.0%}); evokernel's timing with hide_host_ms = "
+             f"{report.get('hide_host_ms', 0)} ms. do_bench: `triton.testing.do_bench` in a "
+             "separate "
              "process on the same kernel module (warm cache) and reference, "
              f"warm-up {report.get('do_bench_warmup_ms', '?')} ms, rep "
              f"{report.get('do_bench_rep_ms', '?')} ms, {report.get('do_bench_rounds', '?')} "
