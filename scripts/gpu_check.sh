@@ -4,7 +4,10 @@
 #
 #   scripts/gpu_check.sh STAGE[,STAGE...] [RESULTS_DIR]
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
-#           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, prebuild-ab, all
+#           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, prebuild-ab,
+#           hide-check, all
+#   hide-check: scripts/hide_host_check.py (event vs whole-device medians with and without
+#          timing.hide_host_ms) into RESULTS_DIR/hide_host_check.md
 #   prebuild-ab: the seeds and fixtures built cold twice, with and without <torch/extension.h>
 #   suite: `evokernel suite problems/` (each headline problem's seed kernel, eager and compile
 #          baselines) into RESULTS_DIR/suite.md/.json
@@ -124,6 +127,8 @@ for s in ${stage//,/ }; do
     gate-report) timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report" ${GATE_ARGS:-} \
                    2>&1 | tee "$R/gate_report.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -120 ;;
     bench) bench ;;
+    hide-check) timeout "$LIMIT" python3 scripts/hide_host_check.py 2>&1 | grep -v DEBUG \
+                  | tee "$R/hide_host_check.md" ;;
     validate) python3 scripts/prebuild.py $PREBUILD_FILES \
                 | tee "$R/prebuild.txt"
               python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
