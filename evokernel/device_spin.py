@@ -1,25 +1,40 @@
-"""A kernel that holds every thread slot of every multiprocessor for a set time.
+"""A kernel that holds every thread slot of every multiprocessor for a set time, queued before a
+trial's start event when ``TimingConfig.hide_host_ms > 0`` (evokernel.timing).
 
-Timing (evokernel.timing, ``TimingConfig.hide_host_ms``) queues it before a trial's start event:
-while the GPU spins, the host runs the timed call's Python, dispatch and launches, so the event
+While the GPU spins, the host runs the timed call's Python, dispatch and launches, so the event
 time holds the GPU's work alone, as with ``triton.testing.do_bench``, whose queued repetitions also
-let the host run ahead. Because the spin fills every SM, no kernel of another stream can run beside
-it: work a candidate moves to a side stream starts after the start event, where the device-wide
-time of the trial still counts it (``timing.side_stream_suspect``).
+let the host run ahead. On an H200 (results/h200-2026-11-30-s3/call4), hiding the host time this
+way, with a one-thread ``torch.cuda._sleep`` spin, brought evokernel's times of the five seed
+kernels and their references within 0.35% of do_bench's. Without it they were up to 6.6% apart:
+each call had 26-55 us of host time. This module's spin has NOT yet run on a GPU.
 
-Measured on an H200 (results/h200-2026-11-30-s3/call4): with the host's time hidden (a
-``torch.cuda._sleep`` spin there), evokernel's times of the five seed kernels and their references
-agreed with do_bench within 0.35%; with the device idle at the start event they differed by up to
-6.6% (26-55 us of host time per call).
+A spin must not become a place to hide work. So that side-stream work still shows, the design is:
+* The spin runs on a stream of the highest priority, so no other stream's pending blocks are
+  placed ahead of its blocks. The timed stream waits for the spin.
+* Its blocks take every thread slot of every SM, so no other kernel's block can be resident
+  beside them.
+* A short spin comes first and keeps the GPU busy while the host queues the marker event and
+  the main spin. The main spin then starts as the marker is stamped, and "marker -> start event"
+  is its real length.
+* Each spin thread polls ``%globaltimer`` for a fixed time from its own start. A kernel that took
+  SMs before the spin's blocks delays it, and a patched launch skips it. Either way "marker ->
+  start" moves away from the nominal length, and :meth:`DeviceSpin.deviation_ms` is added to the
+  trial's whole-device time. ``timing.side_stream_suspect`` then sees it.
 
-Not covered: a copy engine (``cudaMemcpyAsync`` on another stream) does not need an SM, so a copy
-can overlap the spin; only the work of such a copy, not a kernel's, could hide there.
+Not covered: a copy engine (``cudaMemcpyAsync`` on another stream) needs no SM, so a copy can
+overlap the spin, and with it up to ``hide_host_ms`` of the host's own work. ``TimingConfig``
+caps hide_host_ms at 2 ms for this reason; the physical floor (``Reason.IMPOSSIBLE_SPEED``) is
+the other bound.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
+
+#: Bound at import, before any candidate module runs, so that patching ``torch.cuda`` later
+#: cannot swap the spin (None where this torch has no NVRTC wrapper).
+_COMPILE_KERNEL = getattr(torch.cuda, "_compile_kernel", None)
 
 #: The spin: each thread polls the global nanosecond timer until ``spin_us`` have passed.
 SPIN_SOURCE = r"""
@@ -33,48 +48,79 @@ extern "C" __global__ void evokernel_device_spin(int spin_us) {
 }
 """
 SPIN_NAME = "evokernel_device_spin"
+#: The short spin that covers the host's queueing of the marker and the main spin.
+LEAD_US = 100
 
 
 def spin_launch_shape(sm_count: int, max_threads_per_sm: int) -> tuple[int, int]:
-    """(blocks, threads per block) that take every thread slot of every SM: blocks of
-    min(1024, max_threads_per_sm) threads, as many per SM as fit (H200: 132 SMs x 2048 threads
-    -> 264 blocks of 1024). Raises ValueError for non-positive counts."""
+    """(blocks, threads per block) that take every thread slot of every SM: the fewest blocks
+    per SM whose size divides the SM's thread count, is a whole number of warps and is at most
+    1024 (H200: 132 SMs x 2048 threads -> 264 blocks of 1024; 1536 threads -> 2 x 768).
+    Raises ValueError for non-positive counts or a thread count no such block size divides."""
     if sm_count <= 0 or max_threads_per_sm <= 0:
         raise ValueError(f"need positive counts, got {sm_count} SMs, {max_threads_per_sm} "
                          "threads per SM")
-    threads = min(1024, max_threads_per_sm)
-    return sm_count * (max_threads_per_sm // threads), threads
-
-
-def _nvrtc_compiler() -> Callable[..., Any]:
-    """torch's NVRTC kernel compiler (``torch.cuda.compile_kernel``, ``_compile_kernel`` before it
-    was public). Raises RuntimeError naming the torch version where it has neither."""
-    for name in ("compile_kernel", "_compile_kernel"):
-        fn = getattr(torch.cuda, name, None)
-        if callable(fn):
-            return fn
-    raise RuntimeError(f"hide_host_ms needs torch.cuda.compile_kernel (NVRTC), which torch "
-                       f"{torch.__version__} lacks; set timing.hide_host_ms = 0")
+    for per_sm in range(1, max_threads_per_sm // 32 + 1):
+        threads, rest = divmod(max_threads_per_sm, per_sm)
+        if not rest and threads <= 1024 and threads % 32 == 0:
+            return sm_count * per_sm, threads
+    raise ValueError(f"no block size of whole warps <= 1024 divides {max_threads_per_sm}")
 
 
 class DeviceSpin:
-    """The spin kernel, compiled once (NVRTC, ~0.1 s) for ``device``; :meth:`launch` queues it
-    on the current stream for ``spin_ms`` milliseconds (asynchronous).
+    """The spin kernel for ``device``, compiled once per (device, length) and process (NVRTC,
+    :meth:`get`), with its own highest-priority stream and marker events.
 
+    :meth:`queue` queues the lead spin, the marker and the ``spin_ms`` spin, and makes the current
+    stream wait for them (asynchronous). After the trial, :meth:`deviation_ms` reads how far the
+    spin's real length was from ``spin_ms``.
     Raises: ValueError if spin_ms is not in (0, 1000]; RuntimeError if NVRTC is unavailable or
     the compile fails.
     """
 
+    _made: dict[tuple[torch.device, int], "DeviceSpin"] = {}
+
+    @classmethod
+    def get(cls, device: torch.device, spin_ms: float) -> "DeviceSpin":
+        """The process's DeviceSpin for (device, spin_ms), made on first use."""
+        key = (device, max(1, round(spin_ms * 1000)))
+        if key not in cls._made:
+            cls._made[key] = cls(device, spin_ms)
+        return cls._made[key]
+
     def __init__(self, device: torch.device, spin_ms: float) -> None:
         if not 0 < spin_ms <= 1000:
             raise ValueError(f"spin_ms must be in (0, 1000], got {spin_ms}")
+        if _COMPILE_KERNEL is None:
+            raise RuntimeError(f"timing.hide_host_ms needs torch.cuda._compile_kernel (NVRTC), "
+                               f"which torch {torch.__version__} lacks; set it to 0")
         self.device = device
         self.spin_us = max(1, round(spin_ms * 1000))
         props = torch.cuda.get_device_properties(device)
         self.blocks, self.threads = spin_launch_shape(props.multi_processor_count,
                                                       props.max_threads_per_multi_processor)
         with torch.cuda.device(device):
-            self._kernel = _nvrtc_compiler()(SPIN_SOURCE, SPIN_NAME)
+            self._kernel: Any = _COMPILE_KERNEL(SPIN_SOURCE, SPIN_NAME)
+            _, highest = torch.cuda.Stream.priority_range()
+            self.stream = torch.cuda.Stream(device, priority=highest)
+            self._marker = torch.cuda.Event(enable_timing=True)
+            self._fence = torch.cuda.Event()
 
-    def launch(self) -> None:
-        self._kernel(grid=(self.blocks, 1, 1), block=(self.threads, 1, 1), args=[self.spin_us])
+    def _launch(self, us: int) -> None:
+        self._kernel(grid=(self.blocks, 1, 1), block=(self.threads, 1, 1), args=[us],
+                     stream=self.stream)
+
+    def queue(self) -> None:
+        """Lead spin, marker, spin on the spin stream; the current stream waits for them."""
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        self._launch(LEAD_US)
+        self._marker.record(self.stream)
+        self._launch(self.spin_us)
+        self._fence.record(self.stream)
+        current.wait_event(self._fence)
+
+    def deviation_ms(self, start: Any) -> float:
+        """|marker -> ``start`` - spin length| in ms, once ``start`` (recorded on the current
+        stream right after :meth:`queue`) has completed."""
+        return abs(float(self._marker.elapsed_time(start)) - self.spin_us / 1000.0)

@@ -21,8 +21,8 @@ process, and it is why evokernel's speedups differed from ``triton.testing.do_be
 that fills every SM for that long (:class:`evokernel.device_spin.DeviceSpin`) before the start
 event instead, so the host's time overlaps it and the event time holds the GPU's work; the
 trial's second time is then measured on the GPU clock, from the start event to an event recorded
-after the device-wide synchronize (see :func:`side_stream_suspect`). Not yet the default: it has
-not been through the gate report on the H200.
+after the device-wide synchronize, plus the spin's deviation from its length (see
+:func:`side_stream_suspect`). Not yet the default: it has not run on a GPU.
 
 Timer functions (``time.perf_counter``, ``torch.cuda.synchronize``) are bound when this module is
 imported, so a candidate that monkey-patches them later does not change these timings.
@@ -160,11 +160,12 @@ def side_stream_suspect(stats: TimingStats, *, factor: float = SIDE_STREAM_FACTO
     that). Work that shares the GPU with the main stream's kernels (both fill the SMs) delays
     them too and is largely inside the event time already.
     With ``hide_host_ms > 0`` the second time is the GPU clock's, from the start event to an
-    event recorded after the device-wide synchronize (:func:`spin_trial`): the call's host time
-    is in neither, side-stream work still only in the second (the spin before the start event
-    fills every SM, so no kernel of another stream can run before it), and the two differ by
-    the synchronize's wake-up and one event record, which ``slack_ms`` covers. Those medians are
-    not yet measured on the H200.
+    event recorded after the device-wide synchronize, plus the spin's deviation from its nominal
+    length (:func:`spin_trial`, evokernel.device_spin): the call's host time is in neither, and
+    side-stream work is meant to show only in the second, either after the start event or as
+    a delayed spin. The two should differ by the synchronize's wake-up and one event record,
+    within ``slack_ms``. None of this has run on a GPU yet
+    (``scripts/hide_host_check.py`` measures it).
     Inputs: stats of one function; factor (>= 1) and slack_ms (ms).
     Returns: True if the candidate should be rejected as ``Reason.SIDE_STREAM``.
     """
@@ -231,7 +232,7 @@ class CudaClock:
         self.spin = None
         if hide_host_ms > 0:
             from evokernel.device_spin import DeviceSpin
-            self.spin = DeviceSpin(self.device, hide_host_ms)
+            self.spin = DeviceSpin.get(self.device, hide_host_ms)
         with torch.cuda.device(self.device):
             self._start = _CudaEvent(enable_timing=True)
             self._end = _CudaEvent(enable_timing=True)
@@ -249,7 +250,7 @@ class CudaClock:
         with torch.cuda.device(self.device):     # entered and left outside the timed interval
             self.flusher.flush()
             if self.spin is not None:
-                return spin_trial(self.spin.launch, self._start, self._end, self._done,
+                return spin_trial(self.spin, self._start, self._end, self._done,
                                   lambda: _cuda_synchronize(self.device), call)
             _cuda_synchronize(self.device)
             t0 = _perf_counter()
@@ -261,24 +262,28 @@ class CudaClock:
             return float(self._start.elapsed_time(self._end)), (t1 - t0) * 1e3
 
 
-def spin_trial(spin: Callable[[], None], start: Any, end: Any, done: Any,
-               synchronize: Callable[[], None], call: Callable[[], object]
-               ) -> tuple[float, float]:
+def spin_trial(spin: Any, start: Any, end: Any, done: Any, synchronize: Callable[[], None],
+               call: Callable[[], object]) -> tuple[float, float]:
     """One trial with the host's time hidden (``TimingConfig.hide_host_ms``), after the L2
-    flush: queue the device-filling spin, record ``start``, call, record ``end``, synchronize the
-    whole device, record ``done`` and wait for it.
-    Returns (start->end, start->done) in ms: the call's GPU time on the current stream, and the
-    whole device's time from the start event until all its work, side streams included, was done
-    (plus the synchronize's wake-up and one event record, ~10-20 us), the second value that
-    :func:`side_stream_suspect` compares with the first."""
-    spin()
+    flush: synchronize the whole device (the flush is done and nothing else runs), queue the
+    spin (:meth:`evokernel.device_spin.DeviceSpin.queue`), record ``start``, call, record
+    ``end``, synchronize the whole device, record ``done`` and wait for it.
+    Returns (start->end, start->done + spin deviation) in ms: the call's GPU time on the current
+    stream, and the whole device's time from the start event until all its work, side streams
+    included, was done (plus the synchronize's wake-up and one event record), plus how far the
+    spin's real length was from its nominal one (``spin.deviation_ms``: work that took SMs
+    before the spin, or a spin that did not run). :func:`side_stream_suspect` compares the
+    second with the first."""
+    synchronize()
+    spin.queue()
     start.record()
     call()
     end.record()
     synchronize()
     done.record()
     done.synchronize()
-    return float(start.elapsed_time(end)), float(start.elapsed_time(done))
+    return (float(start.elapsed_time(end)),
+            float(start.elapsed_time(done)) + spin.deviation_ms(start))
 
 
 class HostClock:

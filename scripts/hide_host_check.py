@@ -17,9 +17,14 @@ def main() -> None:
     big = torch.randn(256 * 2**20, device=dev)           # 1 GiB
     tiny = torch.randn(1024, device=dev)
     side = torch.cuda.Stream()
+    urgent = torch.cuda.Stream(priority=torch.cuda.Stream.priority_range()[1])
 
     def on_side(i):
         with torch.cuda.stream(side):
+            a @ a
+
+    def on_urgent(i):
+        with torch.cuda.stream(urgent):
             a @ a
 
     def slow_host(i):
@@ -28,7 +33,7 @@ def main() -> None:
 
     calls = {"gemm 4096": lambda i: a @ a, "copy 1 GiB": lambda i: big * 2.0,
              "tiny": lambda i: tiny + 1, "gemm + 0.3 ms host": slow_host,
-             "gemm on a side stream": on_side}
+             "gemm on a side stream": on_side, "gemm on a top-priority side stream": on_urgent}
     print("| call | hide_host_ms | event ms | device-wide ms | difference | side stream? |")
     print("|---|---|---|---|---|---|")
     for hide in (0.0, 1.0):

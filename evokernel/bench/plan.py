@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from evokernel.config import MAX_HIDE_HOST_MS
 from evokernel.records import Candidate
 from evokernel.tunables import Tunable, find_tunables, set_tunables
 
@@ -204,8 +205,9 @@ class BenchPlan:
             raise ValueError(f"build_workers must be >= 1, got {self.build_workers}")
         if self.do_bench_rounds < 1 or not self.do_bench_rep_ms > 0 or self.do_bench_warmup_ms < 0:
             raise ValueError("do_bench: need rounds >= 1, rep_ms > 0, warmup_ms >= 0")
-        if not 0 <= self.hide_host_ms <= 100:
-            raise ValueError(f"hide_host_ms must be in [0, 100], got {self.hide_host_ms}")
+        if not 0 <= self.hide_host_ms <= MAX_HIDE_HOST_MS:
+            raise ValueError(f"hide_host_ms must be in [0, {MAX_HIDE_HOST_MS:g}], got "
+                             f"{self.hide_host_ms}")
         if self.setup_concurrency < 1:
             raise ValueError(f"setup_concurrency must be >= 1, got {self.setup_concurrency}")
 
