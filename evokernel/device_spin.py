@@ -9,8 +9,9 @@ kernels and their references within 0.35% of do_bench's. Without it they were up
 each call had 26-55 us of host time. This module's spin has NOT yet run on a GPU.
 
 A spin must not become a place to hide work. So that side-stream work still shows, the design is:
-* The spin runs on a stream of the highest priority, so no other stream's pending blocks are
-  placed ahead of its blocks. The timed stream waits for the spin.
+* The spin runs on a stream of the highest priority, so no stream of lower priority has its
+  pending blocks placed ahead of the spin's (a candidate can create a stream of equal priority;
+  the deviation below is the defence). The timed stream waits for the spin.
 * Its blocks take every thread slot of every SM, so no other kernel's block can be resident
   beside them.
 * A short spin comes first and keeps the GPU busy while the host queues the marker event and
@@ -18,22 +19,32 @@ A spin must not become a place to hide work. So that side-stream work still show
   is its real length.
 * Each spin thread polls ``%globaltimer`` for a fixed time from its own start. A kernel that took
   SMs before the spin's blocks delays it, and a patched launch skips it. Either way "marker ->
-  start" moves away from the nominal length, and :meth:`DeviceSpin.deviation_ms` is added to the
-  trial's whole-device time. ``timing.side_stream_suspect`` then sees it.
+  start" moves away from the nominal length (plus a constant offset calibrated at set-up), and
+  :meth:`DeviceSpin.deviation_ms` is added to the trial's whole-device time.
+  ``timing.side_stream_suspect`` then sees it.
+
+Known gaps: work queued ahead of the lead spin (possible only from a native thread launching
+after the synchronize) is counted nowhere; a candidate in the same process that patches the
+launch path could shrink the spin's grid (evokernel.tamper watches those functions; the README
+says what in-process checks cannot promise).
 
 Not covered: a copy engine (``cudaMemcpyAsync`` on another stream) needs no SM, so a copy can
-overlap the spin, and with it up to ``hide_host_ms`` of the host's own work. ``TimingConfig``
+overlap the spin, and with it up to ``hide_host_ms`` (plus the 0.1 ms lead) of the host's own
+work. ``TimingConfig``
 caps hide_host_ms at 2 ms for this reason; the physical floor (``Reason.IMPOSSIBLE_SPEED``) is
 the other bound.
 """
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import torch
 
-#: Bound at import, before any candidate module runs, so that patching ``torch.cuda`` later
-#: cannot swap the spin (None where this torch has no NVRTC wrapper).
+#: Bound at import (evokernel.timing imports this module, before any candidate module runs), so
+#: that replacing ``torch.cuda._compile_kernel`` later changes nothing (None where this torch has
+#: no NVRTC wrapper). The launch path (``torch.cuda._utils._CudaKernel.__call__``) and the
+#: stream waits are watched by evokernel.tamper instead.
 _COMPILE_KERNEL = getattr(torch.cuda, "_compile_kernel", None)
 
 #: The spin: each thread polls the global nanosecond timer until ``spin_us`` have passed.
@@ -82,7 +93,11 @@ class DeviceSpin:
 
     @classmethod
     def get(cls, device: torch.device, spin_ms: float) -> "DeviceSpin":
-        """The process's DeviceSpin for (device, spin_ms), made on first use."""
+        """The process's DeviceSpin for (device, spin_ms), made (and calibrated) on first use.
+        Not thread-safe: a worker times from one thread."""
+        device = torch.device(device)
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         key = (device, max(1, round(spin_ms * 1000)))
         if key not in cls._made:
             cls._made[key] = cls(device, spin_ms)
@@ -105,6 +120,8 @@ class DeviceSpin:
             self.stream = torch.cuda.Stream(device, priority=highest)
             self._marker = torch.cuda.Event(enable_timing=True)
             self._fence = torch.cuda.Event()
+            self.baseline_ms = 0.0
+            self.baseline_ms = self.calibrate()
 
     def _launch(self, us: int) -> None:
         self._kernel(grid=(self.blocks, 1, 1), block=(self.threads, 1, 1), args=[us],
@@ -120,7 +137,27 @@ class DeviceSpin:
         self._fence.record(self.stream)
         current.wait_event(self._fence)
 
+    def _offset_ms(self, start: Any) -> float:
+        return float(self._marker.elapsed_time(start)) - self.spin_us / 1000.0
+
+    def calibrate(self, trials: int = 21) -> float:
+        """Median of (marker -> start - spin length) in ms over ``trials`` spins with nothing
+        else queued: the constant part of the offset (the main spin's start after the marker,
+        the cross-stream wait), which :meth:`deviation_ms` subtracts. Launches the spin, so a
+        spin that cannot run fails here, at set-up, and not in a candidate's timing.
+        Raises: RuntimeError (CUDA's) if the spin cannot be launched."""
+        with torch.cuda.device(self.device):
+            start = torch.cuda.Event(enable_timing=True)
+            offsets = []
+            for _ in range(trials):
+                torch.cuda.synchronize(self.device)
+                self.queue()
+                start.record()
+                start.synchronize()
+                offsets.append(self._offset_ms(start))
+        return statistics.median(offsets)
+
     def deviation_ms(self, start: Any) -> float:
-        """|marker -> ``start`` - spin length| in ms, once ``start`` (recorded on the current
-        stream right after :meth:`queue`) has completed."""
-        return abs(float(self._marker.elapsed_time(start)) - self.spin_us / 1000.0)
+        """|marker -> ``start`` - spin length - calibrated offset| in ms, once ``start``
+        (recorded on the current stream right after :meth:`queue`) has completed."""
+        return abs(self._offset_ms(start) - self.baseline_ms)

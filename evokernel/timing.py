@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import torch
 from loguru import logger
 
+from evokernel import device_spin
 from evokernel.config import TimingConfig
 
 _perf_counter = time.perf_counter
@@ -231,8 +232,7 @@ class CudaClock:
             raise ValueError(f"flusher is on {self.device}, not {device}")
         self.spin = None
         if hide_host_ms > 0:
-            from evokernel.device_spin import DeviceSpin
-            self.spin = DeviceSpin.get(self.device, hide_host_ms)
+            self.spin = device_spin.DeviceSpin.get(self.device, hide_host_ms)
         with torch.cuda.device(self.device):
             self._start = _CudaEvent(enable_timing=True)
             self._end = _CudaEvent(enable_timing=True)

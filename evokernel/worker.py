@@ -76,7 +76,7 @@ class Session:
             self.ref = GateReference.build(self.module, config.gate, self.device, declared)
         self.timing_inputs = self.ref.timing_input_sets(3)
         self.flusher = L2Flusher(self.device)
-        if config.timing.hide_host_ms > 0:      # compiled now: a failure is the set-up's
+        if config.timing.hide_host_ms > 0:      # compiled and launched now: fails at set-up
             from evokernel.device_spin import DeviceSpin
             DeviceSpin.get(self.device, config.timing.hide_host_ms)
         self.peaks = floor_mod.measure_peaks(self.device, config.cache_path)

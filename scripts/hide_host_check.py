@@ -34,6 +34,10 @@ def main() -> None:
     calls = {"gemm 4096": lambda i: a @ a, "copy 1 GiB": lambda i: big * 2.0,
              "tiny": lambda i: tiny + 1, "gemm + 0.3 ms host": slow_host,
              "gemm on a side stream": on_side, "gemm on a top-priority side stream": on_urgent}
+    from evokernel.device_spin import DeviceSpin
+    spin = DeviceSpin.get(dev, 1.0)
+    print(f"spin: {spin.blocks} blocks x {spin.threads} threads; calibrated offset "
+          f"{spin.baseline_ms:.4f} ms\n")
     print("| call | hide_host_ms | event ms | device-wide ms | difference | side stream? |")
     print("|---|---|---|---|---|---|")
     for hide in (0.0, 1.0):

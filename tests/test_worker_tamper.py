@@ -35,6 +35,23 @@ def test_timer_monkey_patching_is_caught_and_undone():
     assert time.perf_counter is real
 
 
+def test_patching_the_spins_launch_path_is_caught_and_undone():
+    import pytest
+    import torch
+    kernel = getattr(getattr(torch.cuda, "_utils", None), "_CudaKernel", None)
+    if kernel is None:
+        pytest.skip("this torch has no NVRTC kernel wrapper")
+    real_call, real_wait = kernel.__call__, torch.cuda.Stream.wait_event
+    t = _Tamper()
+    run_as_candidate("import torch\n"
+                     "torch.cuda._utils._CudaKernel.__call__ = lambda self, **kw: None\n"
+                     "torch.cuda.Stream.wait_event = lambda self, event: None\n")
+    reason, detail = t.check()
+    assert reason is Reason.TIMER_TAMPERING
+    assert "_CudaKernel.__call__" in detail and "Stream.wait_event" in detail
+    assert kernel.__call__ is real_call and torch.cuda.Stream.wait_event is real_wait
+
+
 def test_exception_classes():
     import torch
     assert classify_exception(RuntimeError("CUDA error: an illegal memory access was "
