@@ -13,10 +13,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from evokernel.errors import ConfigError
 
 #: Input distributions the gate knows (evokernel.distributions).
 KNOWN_DISTRIBUTIONS = ("problem", "offset", "large_scale", "small_scale", "heavy_tailed")
+
+
+def _number(where: str, value: Any, *, integer: bool = False) -> float:
+    """``value`` as a finite number, or ConfigError naming ``where`` (bools and strings too)."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite {'integer' if integer else 'number'}, got "
+                          f"{value!r}")
+    return value
 
 
 def default_cache_dir() -> Path:
@@ -72,7 +83,7 @@ class GateConfig:
     perturb_constant_parameters: bool = True
 
     def __post_init__(self) -> None:
-        if not self.tolerance_factor >= 1.0:
+        if not _number("gate.tolerance_factor", self.tolerance_factor) >= 1.0:
             raise ConfigError(f"gate.tolerance_factor must be >= 1, got {self.tolerance_factor}")
         bad = [d for d in self.distributions if d not in KNOWN_DISTRIBUTIONS]
         if bad or not self.distributions:
@@ -113,8 +124,16 @@ class TimingConfig:
     hide_host_ms: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("warmup_ms", "target_rel_ci", "max_time_s", "hide_host_ms"):
+            _number(f"timing.{name}", getattr(self, name))
+        for name in ("min_trials", "max_trials"):
+            _number(f"timing.{name}", getattr(self, name), integer=True)
         if self.min_trials < 5 or self.max_trials < self.min_trials:
             raise ConfigError("timing: need 5 <= min_trials <= max_trials")
+        if self.warmup_ms < 0 or self.max_time_s <= 0 or not 0 < self.target_rel_ci < 1:
+            raise ConfigError(f"timing: need warmup_ms >= 0, max_time_s > 0 and 0 < "
+                              f"target_rel_ci < 1 (got {self.warmup_ms}, {self.max_time_s}, "
+                              f"{self.target_rel_ci})")
         if not 0 <= self.hide_host_ms <= MAX_HIDE_HOST_MS:      # False for NaN too
             raise ConfigError(f"timing.hide_host_ms must be in [0, {MAX_HIDE_HOST_MS:g}] ms, "
                               f"got {self.hide_host_ms}")
@@ -140,6 +159,10 @@ class EvalConfig:
     measure_compile: bool = True              # also time torch.compile (reported)
 
     def __post_init__(self) -> None:
+        for name, tp in (("gate", GateConfig), ("timing", TimingConfig)):
+            if not isinstance(getattr(self, name), tp):
+                raise ConfigError(f"evaluation.{name} must be a {tp.__name__}, got "
+                                  f"{getattr(self, name)!r}")
         if self.baseline not in ("eager", "compile"):
             raise ConfigError("evaluation.baseline must be 'eager' or 'compile'")
         if self.baseline == "compile" and not self.measure_compile:
@@ -255,6 +278,11 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         def build(tp: Any, data: dict[str, Any]) -> Any:
+            if not isinstance(data, dict):
+                raise ConfigError(f"config.json: {tp.__name__} must be an object, got {data!r}")
+            unknown = sorted(set(data) - {f.name for f in dataclasses.fields(tp)})
+            if unknown:                     # a typo, or a setting this version no longer has
+                logger.warning("config.json: {} ignores unknown keys {}", tp.__name__, unknown)
             kwargs = {}
             for f in dataclasses.fields(tp):
                 if f.name not in data:
@@ -269,6 +297,10 @@ class RunConfig:
             return tp(**kwargs)
         try:
             return build(cls, d)
+        except ConfigError as e:
+            if str(e).startswith("config.json"):
+                raise
+            raise ConfigError(f"config.json: {e}") from e
         except TypeError as e:
             raise ConfigError(f"config.json: {e}") from e
 

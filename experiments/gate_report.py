@@ -294,11 +294,23 @@ def render(rows: list[dict[str, Any]], evidence: dict[str, Any], factor: float) 
     return "\n".join(lines) + "\n"
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    """--seeds: comma-separated integers >= 0."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds wants integers like 0,1, got {text!r}")
+    if any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError(f"--seeds must be >= 0, got {text!r}")
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--only", nargs="*", default=(), help="fixtures whose name contains one of these")
-    ap.add_argument("--seeds", default="0,1", help="gate seeds, comma-separated (default 0,1)")
+    ap.add_argument("--seeds", type=_seeds, default=(0, 1),
+                    help="gate seeds, comma-separated (default 0,1)")
     ap.add_argument("--distributions", choices=("all", "default"), default="all")
     ap.add_argument("--no-prebuild", action="store_true", help="let each evaluator build")
     ap.add_argument("--hide-host-ms", type=float, default=0.0,
@@ -307,19 +319,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true",
                     help="only list the fixtures and what each must get (no GPU needed)")
     args = ap.parse_args(argv)
+    from evokernel.errors import ConfigError
+    try:                                  # bad settings are refused before anything is made
+        config = report_config(args.seeds, args.distributions, args.hide_host_ms)
+    except ConfigError as e:
+        ap.error(str(e))
     if args.list:
         for f in discover(ROOT, tuple(args.only)):
             print(f"{f.kind:6s} {f.name:34s} {f.verdict:6s} {f.reason:22s} "
                   f"{f.problem.relative_to(ROOT)}")
         return 0
+    import torch
+    if not torch.cuda.is_available():
+        print("gate_report: needs a CUDA GPU (run it with scripts/gpu_check.sh gate-report on the "
+              "H200); --list works without one", file=sys.stderr)
+        return 2
     from loguru import logger
     logger.remove()
     logger.add(sys.stderr, level="INFO")
     out = args.out or ROOT / "results" / f"gate-report-{datetime.date.today().isoformat()}"
     out.mkdir(parents=True, exist_ok=True)
     fixtures = discover(ROOT, tuple(args.only))
-    config = report_config(tuple(int(s) for s in args.seeds.split(",")), args.distributions,
-                           args.hide_host_ms)
     print(f"{len(fixtures)} fixtures on {len({f.problem for f in fixtures})} problems; gate: "
           f"{config.gate.distributions} x seeds {config.gate.seeds}, factor "
           f"{config.gate.tolerance_factor:g}; timing hide_host_ms "
@@ -342,4 +362,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:              # e.g. `--list | head`
+        sys.exit(141)

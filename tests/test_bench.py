@@ -20,7 +20,7 @@ from evokernel.bench import (BenchDeps, BenchPlan, CostModel, PhaseStats, Target
                              split_eval_s, spread, summary_table, throughput_targets,
                              throughput_variants, tune_assignments, tune_variants)
 from evokernel.config import EvalConfig, TimingConfig
-from evokernel.errors import ConfigError, NoGPUError
+from evokernel.errors import ConfigError, NoGPUError, ProblemError
 from evokernel.problem import load_problem
 from evokernel.records import EvalResult, Reason, Verdict
 from evokernel.tunables import find_tunables
@@ -559,6 +559,9 @@ def _args(argv):
     (["--throughput", "softmax"], "PROBLEM=COUNT"),
     (["--throughput", "softmax=0"], "COUNT >= 1"),
     (["--fidelity-runs", "zero"], "invalid int value"),
+    (["--fidelity-runs", "1"], "must be >= 2, got 1"),
+    (["--hide-host-ms", "-1"], "must be in [0, 2] ms"),
+    (["--hide-host-ms", "nan"], "must be in [0, 2] ms"),
     (["--sequential-n", "0"], "must be >= 1"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
@@ -578,8 +581,6 @@ def test_arguments_make_a_plan(tmp_path):
     assert plan.fidelity_problems == ("softmax", "matmul") and plan.fidelity_runs == 3
     assert plan.build_workers == 4 and plan.budget_s == 300
     assert _args(["--phases", "all"]).phases == bench.PHASES
-    with pytest.raises(ConfigError, match="fidelity_runs"):
-        bench.plan_from_args(_args(["--fidelity-runs", "1"]))
 
 
 def test_dry_run_prints_the_estimate_without_a_gpu(tmp_path, capsys):
@@ -651,5 +652,12 @@ def test_hide_host_ms_reaches_every_evaluator_config_and_bad_values_are_refused(
     assert plan.hide_host_ms == 1.0
     assert _eval_config(plan, tmp_path).timing.hide_host_ms == 1.0
     assert bench.plan_from_args(_args(["--results-dir", str(tmp_path)])).hide_host_ms == 0.0
-    with pytest.raises(ConfigError, match="hide_host_ms"):
-        bench.plan_from_args(_args(["--hide-host-ms", "-1", "--results-dir", str(tmp_path)]))
+
+
+def test_fidelity_problems_are_checked_before_anything_runs(capsys):
+    with pytest.raises(ConfigError, match="twice"):
+        bench.cmd_bench(_args(["--phases", "fidelity", "--fidelity-problems", "softmax,softmax",
+                               "--dry-run"]))
+    with pytest.raises(ProblemError, match="nosuch"):
+        bench.cmd_bench(_args(["--phases", "fidelity", "--fidelity-problems", "nosuch",
+                               "--dry-run"]))

@@ -13,7 +13,8 @@ from loguru import logger
 from evokernel.bench.fidelity import do_bench_main
 from evokernel.bench.plan import (DEFAULT_PHASES, DEFAULT_THROUGHPUT, HEADLINE, PHASES,
                                   BenchPlan, CostModel, engine_build_workers, estimate_wall_s,
-                                  machine_cores, sequential_fit, throughput_variants)
+                                  machine_cores, seed_source, sequential_fit,
+                                  throughput_variants)
 from evokernel.bench.run import cuda_deps, run_bench
 from evokernel.errors import ConfigError, EvokernelError, NoGPUError
 
@@ -56,14 +57,29 @@ def _names_arg(text: str) -> tuple[str, ...]:
     return names
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, least: int = 1) -> int:
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    if n < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {n}")
     return n
+
+
+def _runs_arg(text: str) -> int:
+    return _positive_int(text, least=2)                # a spread needs two runs
+
+
+def _hide_host_arg(text: str) -> float:
+    from evokernel.config import MAX_HIDE_HOST_MS
+    try:
+        ms = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not 0 <= ms <= MAX_HIDE_HOST_MS:
+        raise argparse.ArgumentTypeError(f"must be in [0, {MAX_HIDE_HOST_MS:g}] ms, got {text}")
+    return ms
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,8 +96,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "it (default 8)")
     p.add_argument("--fidelity-problems", type=_names_arg, default=HEADLINE, metavar="P,...",
                    help="seed kernels re-measured (default: the five headline problems)")
-    p.add_argument("--fidelity-runs", type=_positive_int, default=5,
-                   help="separate evaluators per seed kernel (default 5)")
+    p.add_argument("--fidelity-runs", type=_runs_arg, default=5,
+                   help="separate evaluators per seed kernel, at least 2 (default 5)")
     p.add_argument("--budget-s", type=float, default=530.0,
                    help="wall seconds the bench may take; later phases adapt (default 530, for "
                         "a 10-minute device call with set-up and packing around it)")
@@ -101,9 +117,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--setup-concurrency", type=_positive_int, default=10,
                    help="evaluators set up and alive at once (default 10: two fidelity runs "
                         "of five problems; a softmax worker holds ~13 GiB of GPU memory)")
-    p.add_argument("--hide-host-ms", type=float, default=0.0,
-                   help="timing.hide_host_ms: hide up to this much host time per call behind a "
-                        "GPU spin (default 0: off)")
+    p.add_argument("--hide-host-ms", type=_hide_host_arg, default=0.0,
+                   help="timing.hide_host_ms, 0-2: hide up to this much host time per call "
+                        "behind a GPU spin (default 0: off; not yet run on a GPU)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and its time estimate, run nothing (no GPU needed)")
     p.add_argument("--cores", type=_positive_int, default=None,
@@ -175,6 +191,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             throughput_variants(plan.throughput)
         except ValueError as e:
             raise ConfigError(f"bench: --throughput: {e}") from e
+    if "fidelity" in plan.phases:                # before the throughput phases' builds
+        if len(set(plan.fidelity_problems)) < len(plan.fidelity_problems):
+            raise ConfigError(f"bench: --fidelity-problems lists a problem twice: "
+                              f"{','.join(plan.fidelity_problems)}")
+        for name in plan.fidelity_problems:      # ProblemError: unknown, or no seed kernel
+            seed_source(name)
     if args.dry_run:
         print(describe_plan(plan, cores=args.cores))
         return 0

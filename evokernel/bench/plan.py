@@ -117,7 +117,7 @@ def throughput_variants(spec: Sequence[tuple[str, int]],
     """
     out: list[Variant] = []
     for name, n in spec:
-        src = sources[name] if sources is not None else _seed_source(name)
+        src = sources[name] if sources is not None else seed_source(name)
         out += tune_variants(name, src, n)
     if len({v.candidate.id for v in out}) != len(out):
         raise ValueError("throughput set: two candidates have the same source")
@@ -135,7 +135,9 @@ def sequential_subset(variants: Sequence[Variant], n: int) -> list[Variant]:
     return order[:max(0, n)]
 
 
-def _seed_source(name: str) -> str:
+def seed_source(name: str) -> str:
+    """The seed kernel source of problem ``name``. Raises ProblemError for an unknown problem or
+    one without a seed kernel."""
     from evokernel.problem import load_problem
     from evokernel.errors import ProblemError
     p = load_problem(name)
