@@ -130,9 +130,9 @@ class TimingConfig:
             _number(f"timing.{name}", getattr(self, name), integer=True)
         if self.min_trials < 5 or self.max_trials < self.min_trials:
             raise ConfigError("timing: need 5 <= min_trials <= max_trials")
-        if self.warmup_ms < 0 or self.max_time_s <= 0 or not 0 < self.target_rel_ci < 1:
-            raise ConfigError(f"timing: need warmup_ms >= 0, max_time_s > 0 and 0 < "
-                              f"target_rel_ci < 1 (got {self.warmup_ms}, {self.max_time_s}, "
+        if self.warmup_ms < 0 or self.max_time_s <= 0 or self.target_rel_ci <= 0:
+            raise ConfigError(f"timing: need warmup_ms >= 0, max_time_s > 0 and target_rel_ci "
+                              f"> 0 (got {self.warmup_ms}, {self.max_time_s}, "
                               f"{self.target_rel_ci})")
         if not 0 <= self.hide_host_ms <= MAX_HIDE_HOST_MS:      # False for NaN too
             raise ConfigError(f"timing.hide_host_ms must be in [0, {MAX_HIDE_HOST_MS:g}] ms, "

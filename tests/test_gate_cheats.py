@@ -612,6 +612,11 @@ def test_report_main_with_a_fake_evaluator(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluator_mod, "CudaEvaluator", FakeEvaluator)
     import evokernel.floor as floor_mod
     monkeypatch.setattr(floor_mod, "measure_peaks", lambda *a, **kw: None)
+    import torch
+    assert report.main(["--out", str(tmp_path / "none"), "--only", "threads"]) == 2 \
+        or torch.cuda.is_available()                     # no GPU: refused, nothing made
+    assert not (tmp_path / "none").exists() or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     status = report.main(["--out", str(tmp_path), "--only", "softmax", "threads", "cached"])
     assert status == 1
     md = (tmp_path / "gate_report.md").read_text()
