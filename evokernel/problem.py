@@ -2,7 +2,10 @@
 
 A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()``.
 Loading is static (the file is parsed, not run), so a malformed file fails fast on the CPU with
-an error that names the file and what is missing. The file runs only inside evaluation workers.
+an error that names the file and what is missing or of the wrong kind (a Model that is not an
+nn.Module class, or has no forward). The file runs only inside evaluation workers, so an error
+raised when it runs (a failed import, a get_inputs() that returns the wrong thing) shows in the
+worker's set-up, on the GPU machine.
 
 Optional module-level names a problem may set (literals only):
     DISTRIBUTIONS = ("problem", "offset", ...)   # input distributions that apply to it
@@ -154,7 +157,52 @@ def _validate(path: Path, source: str, required: tuple[str, ...]) -> tuple[str, 
         what = ", ".join(f"{m}()" if m.startswith("get_") else f"class {m}" for m in missing)
         raise ProblemError(f"{path}: no {what} (a KernelBench-format file defines "
                            f"{', '.join(required)})")
+    for name in required:
+        _check_shape(path, tree, name)
     return distributions
+
+
+def _check_shape(path: Path, tree: ast.Module, name: str) -> None:
+    """What can be told without running the file: ``Model``/``ModelNew`` is a class deriving
+    (through classes of this file) from ``Module``, with a ``forward``; ``get_*`` are functions.
+    A name that is imported, or a class deriving from an imported class other than Module, is
+    not judged here (the worker's set-up reports what goes wrong when it runs)."""
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef,
+                                                             ast.AsyncFunctionDef))}
+    kind = "class" if name in classes else "function" if name in functions else None
+    if name.startswith("get_"):
+        if kind == "class":
+            raise ProblemError(f"{path}: {name} must be a function, not a class")
+        return
+    if kind == "function":
+        raise ProblemError(f"{path}: {name} must be a class deriving from torch.nn.Module, "
+                           "not a function")
+    if kind is None:
+        return
+    seen: set[str] = set()
+    todo, is_module, has_forward, unknown_base = [name], False, False, False
+    while todo:
+        cls = classes[todo.pop()]
+        if cls.name in seen:
+            continue
+        seen.add(cls.name)
+        has_forward |= any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and n.name == "forward" for n in cls.body)
+        for base in cls.bases:
+            base_name = ast.unparse(base)
+            if base_name.split(".")[-1] == "Module":
+                is_module = True
+            elif base_name in classes:
+                todo.append(base_name)
+            else:
+                unknown_base = True
+    if unknown_base:
+        return
+    if not is_module:
+        raise ProblemError(f"{path}: class {name} must derive from torch.nn.Module")
+    if not has_forward:
+        raise ProblemError(f"{path}: class {name} has no forward()")
 
 
 def _literal_names(path: Path, node: ast.expr) -> tuple[str, ...]:

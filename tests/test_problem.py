@@ -67,10 +67,36 @@ def test_folder_lists_every_malformed_file(tmp_path):
 def test_declared_distributions_and_seed_beside_file(tmp_path):
     (tmp_path / "seeds").mkdir()
     (tmp_path / "p.py").write_text(GOOD + "DISTRIBUTIONS = ('problem', 'small_scale')\n")
-    (tmp_path / "seeds" / "p.py").write_text("class ModelNew:\n    pass\n")
+    (tmp_path / "seeds" / "p.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                                             "    def forward(self, x):\n        return x\n")
     p = load_problem(tmp_path / "p.py")
     assert p.distributions == ("problem", "small_scale") and "ModelNew" in p.seed_source
     assert [q.name for q in load_problems(tmp_path)] == ["p"]     # seeds/ is not a problem
+
+
+@pytest.mark.parametrize("model, message", [
+    ("class Model:\n    def forward(self, x):\n        return x\n",
+     "class Model must derive from torch.nn.Module"),
+    ("def Model():\n    pass\n", "Model must be a class deriving from torch.nn.Module"),
+    ("import torch.nn as nn\nclass Model(nn.Module):\n    pass\n", "class Model has no forward"),
+])
+def test_a_model_of_the_wrong_kind_is_named(tmp_path, model, message):
+    path = tmp_path / "bad.py"
+    path.write_text(model + "def get_inputs():\n    return []\n"
+                    "def get_init_inputs():\n    return []\n")
+    with pytest.raises(ProblemError, match=f"bad.py: {message}"):
+        load_problem(path)
+
+
+def test_a_model_deriving_through_the_files_own_or_imported_classes_passes(tmp_path):
+    tail = "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n"
+    (tmp_path / "own.py").write_text(
+        "import torch.nn as nn\nclass Base(nn.Module):\n    def forward(self, x):\n"
+        "        return x\nclass Model(Base):\n    pass\n" + tail)
+    (tmp_path / "imported.py").write_text(
+        "from somewhere import Base\nclass Model(Base):\n    pass\n" + tail)
+    assert [load_problem(tmp_path / f).name for f in ("own.py", "imported.py")] == [
+        "own", "imported"]
 
 
 def test_unknown_name_and_missing_paths(tmp_path):
