@@ -221,13 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="search for faster kernels",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     r.add_argument("problem", nargs="?", default="softmax",
-                   help="built-in name or KernelBench-format file (default: softmax)")
+                   help="built-in name or KernelBench-format file")
     r.add_argument("--model", help="litellm model, provider/name (e.g. openai/gpt-5, "
                    "anthropic/claude-sonnet-4-5, ollama/qwen2.5-coder); none: LLM-free")
     r.add_argument("--api-base", help="endpoint for local vLLM / Ollama / proxies")
     r.add_argument("--population", type=int, default=4, help="population size (mu)")
     r.add_argument("--offspring", type=int, default=8, help="operator calls per generation")
-    r.add_argument("--generations", type=int, default=3)
+    r.add_argument("--generations", type=int, default=3, help="generations to run")
     r.add_argument("--seed", type=int, default=0, help="search RNG seed")
     r.add_argument("--ideas", type=int, default=3, help="ideas per idea call (k)")
     r.add_argument("--implementations", type=int, default=2,
@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     su = sub.add_parser("suite", help="check or search a problem set; table with fast_p",
                         description="One row per problem (correct, speedup vs eager and vs "
-                        "torch.compile, %% of floor) and KernelBench's fast_p for p = 0, 1, "
+                        "torch.compile, % of floor) and KernelBench's fast_p for p = 0, 1, "
                         "1.5, 2 over all problems, plus the geometric-mean speedup of the "
                         "correct kernels. Writes OUTPUT.md and OUTPUT.json.")
     su.add_argument("problems", nargs="*",
