@@ -46,6 +46,9 @@ def _configure_logging(verbose: bool, sink=None) -> None:
 
 def _eval_config(args: argparse.Namespace):
     from evokernel.config import EvalConfig, GateConfig
+    from evokernel.errors import ConfigError
+    if args.gate_seeds < 1:
+        raise ConfigError(f"--gate-seeds must be >= 1, got {args.gate_seeds}")
     gate = GateConfig(tolerance_factor=args.tolerance,
                       distributions=tuple(args.distributions.split(",")),
                       seeds=tuple(range(args.gate_seeds)))
@@ -54,12 +57,15 @@ def _eval_config(args: argparse.Namespace):
 
 
 def _search_config(args: argparse.Namespace):
+    """SearchConfig from `run`'s or `suite --search`'s flags; the island and LLM-operator
+    settings `suite` has no flags for keep SearchConfig's defaults."""
     from evokernel.config import SearchConfig
+    optional = {key: getattr(args, flag) for key, flag in (
+        ("islands", "islands"), ("migration_interval", "migration_interval"),
+        ("migrants", "migrants"), ("ideas_per_call", "ideas"),
+        ("implementations_per_idea", "implementations")) if hasattr(args, flag)}
     return SearchConfig(population_size=args.population, generations=args.generations,
-                        offspring_per_generation=args.offspring, seed=args.seed,
-                        islands=args.islands, migration_interval=args.migration_interval,
-                        migrants=args.migrants, ideas_per_call=args.ideas,
-                        implementations_per_idea=args.implementations)
+                        offspring_per_generation=args.offspring, seed=args.seed, **optional)
 
 
 def _llm_config(args: argparse.Namespace):

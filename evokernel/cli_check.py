@@ -59,10 +59,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     sources = [_read_kernel(k) for k in kernels]
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise EvokernelError(f"--json {args.json}: its folder does not exist")
+    config = _eval_config(args)                  # bad flags are named before the GPU check
     _require_gpu()
     cands = [Candidate(source=src, idea=f"file {k}", operator="check")
              for k, src in zip(kernels, sources)]
-    evaluator = CudaEvaluator(problem, _eval_config(args))
+    evaluator = CudaEvaluator(problem, config)
     try:
         results = evaluator.evaluate(cands)
     finally:
@@ -128,9 +129,9 @@ def _suite_on_gpu(args: argparse.Namespace):
                              "(or --from-checks DIR)")
     problems = suite_problems(args.problems)
     if args.search:
-        _require_gpu()
         config = RunConfig(
             search=_search_config(args), evaluation=_eval_config(args), llm=_llm_config(args))
+        _require_gpu()
         base = Path(args.output)
         run_root = base.parent / f"{base.stem}_runs"
 
@@ -139,5 +140,6 @@ def _suite_on_gpu(args: argparse.Namespace):
             return _run_with_progress(problem, cfg, resume=resume, verbose=args.verbose)
         return search_all(problems, config, run_root, run=run)
     files = candidate_files(problems, args.kernels)
+    eval_config = _eval_config(args)
     _require_gpu()
-    return check_all(problems, files, _eval_config(args))
+    return check_all(problems, files, eval_config)

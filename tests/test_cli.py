@@ -73,6 +73,23 @@ def test_bad_search_arguments_are_reported_before_the_gpu(capsys):
     assert "bogus" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["check", "softmax", "problems/seeds/softmax.py", "--gate-seeds", "0"], "--gate-seeds"),
+    (["check", "softmax", "problems/seeds/softmax.py", "--tolerance", "inf"], "tolerance"),
+    (["suite", "softmax", "--search", "--population", "0"], "population_size"),
+])
+def test_check_and_suite_name_bad_flags_before_the_gpu(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_suite_search_makes_a_search_config_from_its_own_flags():
+    from evokernel.cli import _search_config, build_parser
+    args = build_parser().parse_args(["suite", "softmax", "--search", "--generations", "2"])
+    config = _search_config(args)          # suite has no island or LLM-operator flags
+    assert config.generations == 2 and config.islands == 1
+
+
 def test_unreadable_kernel_files(capsys, tmp_path):
     binary = tmp_path / "k.py"
     binary.write_bytes(b"\xff\xfe\x00binary")
