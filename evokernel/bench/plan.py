@@ -335,14 +335,15 @@ def estimate_wall_s(plan: BenchPlan, cost: CostModel = CostModel(), *, cores: in
 def sequential_fit(plan: BenchPlan, cost: CostModel = CostModel(), *,
                    cores: int | None = None) -> int:
     """How many sequential candidates fit in the budget after the other phases (at most
-    plan.sequential_n; 0 if none fits or sequential is not selected)."""
+    plan.sequential_n and the throughput set's size; 0 if none fits or sequential is not
+    selected)."""
     if "sequential" not in plan.phases:
         return 0
     cores = machine_cores(cores)
     others = estimate_wall_s(plan, cost, cores=cores, sequential_n=0)["total"]
     per = cost.sequential_s(cores)
     n = 0
-    while n < plan.sequential_n:
+    while n < min(plan.sequential_n, plan.candidates):     # it measures at most the whole set
         touched = min(n + 1, len(plan.throughput))
         if others + touched * cost.setup_s + (n + 1) * per > plan.budget_s:
             break
