@@ -44,7 +44,9 @@ class Tamper:
     timer) are not the candidate's and are not counted.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, watch_spin: bool = False) -> None:
+        """watch_spin: also watch the launch path and stream waits of the spin that hides host
+        time (``TimingConfig.hide_host_ms > 0``, evokernel.device_spin)."""
         import _thread
         import multiprocessing
         import subprocess
@@ -58,16 +60,16 @@ class Tamper:
             "torch.cuda.Event.record": (torch.cuda.Event, "record"),
             "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
         }
-        # The launch path and stream waits of the spin that hides host time (device_spin).
-        self._objs.update({f"torch.cuda.Stream.{a}": (torch.cuda.Stream, a)
-                           for a in ("wait_event", "wait_stream")})
-        utils = getattr(torch.cuda, "_utils", None)
-        for owner, attr, name in ((getattr(utils, "_CudaKernel", None), "__call__",
-                                   "torch.cuda._utils._CudaKernel.__call__"),
-                                  (utils, "_get_gpu_runtime_library",
-                                   "torch.cuda._utils._get_gpu_runtime_library")):
-            if owner is not None and hasattr(owner, attr):
-                self._objs[name] = (owner, attr)
+        if watch_spin:
+            self._objs.update({f"torch.cuda.Stream.{a}": (torch.cuda.Stream, a)
+                               for a in ("wait_event", "wait_stream")})
+            utils = getattr(torch.cuda, "_utils", None)
+            for owner, attr, name in ((getattr(utils, "_CudaKernel", None), "__call__",
+                                       "torch.cuda._utils._CudaKernel.__call__"),
+                                      (utils, "_get_gpu_runtime_library",
+                                       "torch.cuda._utils._get_gpu_runtime_library")):
+                if owner is not None and hasattr(owner, attr):
+                    self._objs[name] = (owner, attr)
         self._saved = {k: getattr(o, a) for k, (o, a) in self._objs.items()}
         self.started: list[str] = []
         for owner, attr, what in ((_thread, "start_new_thread", "a thread"),

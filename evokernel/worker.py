@@ -94,7 +94,7 @@ class Session:
                            else self._compile_baseline() if config.measure_compile else None)
         self.reference_kernels, self.main_kernels = self._profile_reference()
         self._expected: dict[int, list[tuple[Any, ...]]] = {}
-        self.tamper = Tamper()
+        self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)
         props = torch.cuda.get_device_properties(self.device)
         self.info = {
             "device": props.name, "sm_count": props.multi_processor_count,

@@ -42,7 +42,8 @@ def test_patching_the_spins_launch_path_is_caught_and_undone():
     if kernel is None:
         pytest.skip("this torch has no NVRTC kernel wrapper")
     real_call, real_wait = kernel.__call__, torch.cuda.Stream.wait_event
-    t = _Tamper()
+    assert "torch.cuda.Stream.wait_event" not in _Tamper()._objs     # only with the spin on
+    t = _Tamper(watch_spin=True)
     run_as_candidate("import torch\n"
                      "torch.cuda._utils._CudaKernel.__call__ = lambda self, **kw: None\n"
                      "torch.cuda.Stream.wait_event = lambda self, event: None\n")
