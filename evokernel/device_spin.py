@@ -31,9 +31,8 @@ says what in-process checks cannot promise).
 
 Not covered: a copy engine (``cudaMemcpyAsync`` on another stream) needs no SM, so a copy can
 overlap the spin, and with it up to ``hide_host_ms`` (plus the 0.1 ms lead) of the host's own
-work. ``TimingConfig``
-caps hide_host_ms at 2 ms for this reason; the physical floor (``Reason.IMPOSSIBLE_SPEED``) is
-the other bound.
+work. ``TimingConfig`` caps hide_host_ms at 2 ms for this reason; the physical floor
+(``Reason.IMPOSSIBLE_SPEED``) is the other bound.
 """
 from __future__ import annotations
 
@@ -121,7 +120,6 @@ class DeviceSpin:
             self.stream = torch.cuda.Stream(device, priority=highest)
             self._marker = torch.cuda.Event(enable_timing=True)
             self._fence = torch.cuda.Event()
-            self.baseline_ms = 0.0
             self.baseline_ms = self.calibrate()
 
     def _launch(self, us: int) -> None:

@@ -332,7 +332,8 @@ def do_bench_main(spec_path: str, out_path: str) -> int:
     """The do_bench process (``python -m evokernel.bench _do_bench SPEC OUT``): runs
     :func:`measure_do_bench` on GPU 0 for each problem of the spec ({"cache_dir", "arch",
     "warmup_ms", "rep_ms", "rounds", "hide_host_ms", "problems": [...]}) and writes
-    {"versions": {...}, "problems": {name: {...} or {"error": ...}}} (or {"error": ...} without triton) to OUT.
+    {"versions": {...}, "problems": {name: {...} or {"error": ...}}} (or {"error": ...} without
+    triton) to OUT.
     Returns 0 whenever OUT was written."""
     import traceback
 
