@@ -37,7 +37,7 @@ work. ``TimingConfig`` caps hide_host_ms at 2 ms for this reason; the physical f
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -120,7 +120,7 @@ class DeviceSpin:
             self.stream = torch.cuda.Stream(device, priority=highest)
             self._marker = torch.cuda.Event(enable_timing=True)
             self._fence = torch.cuda.Event()
-            self.baseline_ms = self.calibrate()
+            self.baseline_ms, self.done_gap_ms = self.calibrate()
 
     def _launch(self, us: int) -> None:
         self._kernel(grid=(self.blocks, 1, 1), block=(self.threads, 1, 1), args=[us],
@@ -136,27 +136,69 @@ class DeviceSpin:
         self._fence.record(self.stream)
         current.wait_event(self._fence)
 
-    def _offset_ms(self, start: Any) -> float:
+    def marker_offset_ms(self, start: Any) -> float:
+        """marker -> ``start`` minus the spin's length, in ms, once ``start`` (recorded on the
+        current stream right after :meth:`queue`) has completed."""
         return float(self._marker.elapsed_time(start)) - self.spin_us / 1000.0
 
-    def calibrate(self, trials: int = 21) -> float:
-        """Median of (marker -> start - spin length) in ms over ``trials`` spins with nothing
-        else queued: the constant part of the offset (the main spin's start after the marker,
-        the cross-stream wait), which :meth:`deviation_ms` subtracts. Launches the spin, so a
-        spin that cannot run fails here, at set-up, and not in a candidate's timing.
+    def calibrate(self, trials: int = 21) -> tuple[float, float]:
+        """Times ``trials`` empty trials (:func:`spin_trial` with a call that queues nothing) and
+        sets, in ms:
+
+        * ``baseline_ms``: the median marker offset (:meth:`marker_offset_ms`), the constant
+          part of it (the main spin's start after the marker, the cross-stream wait);
+        * ``done_gap_ms``: the median of start->done - start->end, the constant part of the
+          whole-device time that is no GPU work: the host's wake-up from the synchronize and
+          its queueing of the ``done`` event. On an H200 (session 4, call 1) it was 0.04-0.05 ms
+          in a bare process and ~0.06 ms in a GPU worker, more than ``side_stream_suspect``'s
+          slack leaves for kernels of a few tens of microseconds.
+
+        Runs at set-up (:meth:`get`), before any candidate is loaded. Launches the spin, so a
+        spin that cannot run fails here and not in a candidate's timing.
+        Returns (baseline_ms, done_gap_ms).
         Raises: RuntimeError (CUDA's) if the spin cannot be launched."""
         with torch.cuda.device(self.device):
-            start = torch.cuda.Event(enable_timing=True)
-            offsets = []
+            start, end, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            offsets, gaps = [], []
             for _ in range(trials):
-                torch.cuda.synchronize(self.device)
-                self.queue()
-                start.record()
-                start.synchronize()
-                offsets.append(self._offset_ms(start))
-        return statistics.median(offsets)
+                event_ms, done_ms, offset_ms = spin_trial(
+                    self, start, end, done, lambda: torch.cuda.synchronize(self.device),
+                    lambda: None)
+                offsets.append(offset_ms)
+                gaps.append(done_ms - event_ms)
+        self.baseline_ms = statistics.median(offsets)
+        self.done_gap_ms = statistics.median(gaps)
+        return self.baseline_ms, self.done_gap_ms
 
-    def deviation_ms(self, start: Any) -> float:
-        """|marker -> ``start`` - spin length - calibrated offset| in ms, once ``start``
-        (recorded on the current stream right after :meth:`queue`) has completed."""
-        return abs(self._offset_ms(start) - self.baseline_ms)
+    def deviation_ms(self, offset_ms: float) -> float:
+        """|``offset_ms`` (:meth:`marker_offset_ms`) - calibrated baseline| in ms: how far the
+        spin's real length was from its nominal one."""
+        return abs(offset_ms - self.baseline_ms)
+
+    def whole_device_ms(self, done_ms: float, offset_ms: float) -> float:
+        """The trial's whole-device time in ms: start->done (``done_ms``) less the calibrated
+        ``done_gap_ms``, plus the spin's :meth:`deviation_ms`. Work on any stream after the
+        start event, or work that delayed the spin, makes it exceed the event time."""
+        return done_ms - self.done_gap_ms + self.deviation_ms(offset_ms)
+
+
+def spin_trial(spin: Any, start: Any, end: Any, done: Any, synchronize: Callable[[], None],
+               call: Callable[[], object]) -> tuple[float, float, float]:
+    """One trial with the host's time hidden, after the L2 flush: synchronize the whole device
+    (the flush is done and nothing else runs), queue the spin (:meth:`DeviceSpin.queue`), record
+    ``start``, call, record ``end``, synchronize the whole device, record ``done`` and wait for it.
+    spin: a DeviceSpin (or any object with ``queue()`` and ``marker_offset_ms(start)``).
+    Returns (start->end, start->done, marker offset) in ms: the call's GPU time on the current
+    stream; the time from the start event until all of the device's work, side streams included,
+    was done, plus the synchronize's wake-up and one event record; and the spin's
+    :meth:`DeviceSpin.marker_offset_ms`."""
+    synchronize()
+    spin.queue()
+    start.record()
+    call()
+    end.record()
+    synchronize()
+    done.record()
+    done.synchronize()
+    return (float(start.elapsed_time(end)), float(start.elapsed_time(done)),
+            spin.marker_offset_ms(start))

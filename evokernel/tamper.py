@@ -45,8 +45,10 @@ class Tamper:
     """
 
     def __init__(self, watch_spin: bool = False) -> None:
-        """watch_spin: also watch the launch path and stream waits of the spin that hides host
-        time (``TimingConfig.hide_host_ms > 0``, evokernel.device_spin)."""
+        """watch_spin: also watch the spin that hides host time (``TimingConfig.hide_host_ms >
+        0``, evokernel.device_spin): its launch path, the stream waits, its trial and
+        correction functions, and the launch shape and calibrated values of every DeviceSpin
+        made so far (make them first: the worker does so at set-up)."""
         import _thread
         import multiprocessing
         import subprocess
@@ -70,6 +72,14 @@ class Tamper:
                                        "torch.cuda._utils._get_gpu_runtime_library")):
                 if owner is not None and hasattr(owner, attr):
                     self._objs[name] = (owner, attr)
+            from evokernel import device_spin
+            self._objs["device_spin.spin_trial"] = (device_spin, "spin_trial")
+            for a in ("queue", "_launch", "marker_offset_ms", "deviation_ms", "whole_device_ms"):
+                self._objs[f"DeviceSpin.{a}"] = (device_spin.DeviceSpin, a)
+            for i, spin in enumerate(device_spin.DeviceSpin._made.values()):
+                for a in ("blocks", "threads", "spin_us", "baseline_ms", "done_gap_ms",
+                          "_kernel", "stream", "_marker", "_fence"):
+                    self._objs[f"DeviceSpin[{i}].{a}"] = (spin, a)
         self._saved = {k: getattr(o, a) for k, (o, a) in self._objs.items()}
         self.started: list[str] = []
         for owner, attr, what in ((_thread, "start_new_thread", "a thread"),

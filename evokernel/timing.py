@@ -12,17 +12,17 @@ Method (DESIGN.md § Timing):
   so drift (clocks, temperature) hits every function alike, and rounds of trials are added until
   the 95% CI of every median is within ``TimingConfig.target_rel_ci`` of it.
 
-With ``TimingConfig.hide_host_ms = 0`` (the default) the device is idle when the start event is
-recorded, so an event time includes the host time of the call (Python, dispatch, launch), for the
-reference and the candidate alike: the time of one ``forward`` call as a user sees it, not of the
-kernels alone (an empty call reads ~0.006 ms on an H200). That host time varies from process to
-process, and it is why evokernel's speedups differed from ``triton.testing.do_bench``'s by up to
-6.6% on an H200 (results/h200-2026-11-30-s3). With ``hide_host_ms > 0`` a trial queues a spin
-that fills every SM for that long (:class:`evokernel.device_spin.DeviceSpin`) before the start
-event instead, so the host's time overlaps it and the event time holds the GPU's work; the
-trial's second time is then measured on the GPU clock, from the start event to an event recorded
-after the device-wide synchronize, plus the spin's deviation from its length (see
-:func:`side_stream_suspect`). Not yet the default: it has not run on a GPU.
+By default (``TimingConfig.hide_host_ms = 1``) a trial queues a spin that fills every SM for
+1 ms (:class:`evokernel.device_spin.DeviceSpin`) before the start event, so the host's Python,
+dispatch and launches overlap the spin and the event time holds the GPU's work, as in
+``triton.testing.do_bench``. The trial's second time is then the GPU clock's, from the start event
+to an event recorded after the device-wide synchronize, less that path's calibrated latency, plus
+the spin's deviation from its length (see :func:`side_stream_suspect`). With ``hide_host_ms = 0``
+the device is idle when the start event is recorded, so an event time also includes the call's
+host time (an empty call reads ~0.006 ms on an H200, the layernorm seed +26 us, cuDNN's conv2d
++55 us). That host time varies from process to process; it is why evokernel's speedups differed
+from do_bench's by up to 6.6% on an H200 (results/h200-2026-11-30-s3), and why the spin is the
+default.
 
 Timer functions (``time.perf_counter``, ``torch.cuda.synchronize``) are bound when this module is
 imported, so a candidate that monkey-patches them later does not change these timings.
@@ -35,13 +35,13 @@ import statistics
 import time
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import torch
 from loguru import logger
 
 from evokernel import device_spin
-from evokernel.config import TimingConfig
+from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
 
 _perf_counter = time.perf_counter
 _cuda_synchronize = torch.cuda.synchronize
@@ -60,7 +60,8 @@ class TimingStats:
     host_times_ms: the whole device's time of the same trials, milliseconds: the host's wall
         time from a device synchronize before the start event to one after the end event, or,
         with ``TimingConfig.hide_host_ms > 0``, the GPU clock's from the start event to an event
-        recorded after that synchronize (:func:`spin_trial`).
+        recorded after that synchronize, less its calibrated latency, plus the spin's
+        deviation (:meth:`evokernel.device_spin.DeviceSpin.whole_device_ms`).
     median_ms: median of ``times_ms``.
     ci_low_ms, ci_high_ms: distribution-free 95% confidence interval of that median
         (:func:`median_ci`); -inf / inf when there are too few trials to bound it (n <= 5).
@@ -161,12 +162,12 @@ def side_stream_suspect(stats: TimingStats, *, factor: float = SIDE_STREAM_FACTO
     that). Work that shares the GPU with the main stream's kernels (both fill the SMs) delays
     them too and is largely inside the event time already.
     With ``hide_host_ms > 0`` the second time is the GPU clock's, from the start event to an
-    event recorded after the device-wide synchronize, plus the spin's deviation from its nominal
-    length (:func:`spin_trial`, evokernel.device_spin): the call's host time is in neither, and
-    side-stream work is meant to show only in the second, either after the start event or as
-    a delayed spin. The two should differ by the synchronize's wake-up and one event record,
-    within ``slack_ms``. None of this has run on a GPU yet
-    (``scripts/hide_host_check.py`` measures it).
+    event recorded after the device-wide synchronize, less the calibrated latency of that path
+    (``DeviceSpin.done_gap_ms``, 0.04-0.06 ms on an H200), plus the spin's deviation from its
+    length (evokernel.device_spin.spin_trial). The call's host time is in neither. Side-stream
+    work shows in the second only: either after the start event, or as a delayed spin. Before
+    the latency was subtracted, legitimate kernels of 0.04-0.07 ms on an H200 read 0.06 ms more
+    and were rejected (session 4, call 1).
     Inputs: stats of one function; factor (>= 1) and slack_ms (ms).
     Returns: True if the candidate should be rejected as ``Reason.SIDE_STREAM``.
     """
@@ -225,7 +226,8 @@ class CudaClock:
     buffer) across calls; it must be on ``device``."""
 
     def __init__(self, device: torch.device | int | str | None = None,
-                 flusher: L2Flusher | None = None, hide_host_ms: float = 0.0) -> None:
+                 flusher: L2Flusher | None = None,
+                 hide_host_ms: float = DEFAULT_HIDE_HOST_MS) -> None:
         self.flusher = flusher if flusher is not None else L2Flusher(device)
         self.device = self.flusher.device
         if device is not None and _cuda_device(device) != self.device:
@@ -250,8 +252,10 @@ class CudaClock:
         with torch.cuda.device(self.device):     # entered and left outside the timed interval
             self.flusher.flush()
             if self.spin is not None:
-                return spin_trial(self.spin, self._start, self._end, self._done,
-                                  lambda: _cuda_synchronize(self.device), call)
+                event_ms, done_ms, offset_ms = device_spin.spin_trial(
+                    self.spin, self._start, self._end, self._done,
+                    lambda: _cuda_synchronize(self.device), call)
+                return event_ms, self.spin.whole_device_ms(done_ms, offset_ms)
             _cuda_synchronize(self.device)
             t0 = _perf_counter()
             self._start.record()
@@ -260,30 +264,6 @@ class CudaClock:
             _cuda_synchronize(self.device)
             t1 = _perf_counter()
             return float(self._start.elapsed_time(self._end)), (t1 - t0) * 1e3
-
-
-def spin_trial(spin: Any, start: Any, end: Any, done: Any, synchronize: Callable[[], None],
-               call: Callable[[], object]) -> tuple[float, float]:
-    """One trial with the host's time hidden (``TimingConfig.hide_host_ms``), after the L2
-    flush: synchronize the whole device (the flush is done and nothing else runs), queue the
-    spin (:meth:`evokernel.device_spin.DeviceSpin.queue`), record ``start``, call, record
-    ``end``, synchronize the whole device, record ``done`` and wait for it.
-    Returns (start->end, start->done + spin deviation) in ms: the call's GPU time on the current
-    stream, and the whole device's time from the start event until all its work, side streams
-    included, was done (plus the synchronize's wake-up and one event record), plus how far the
-    spin's real length was from its nominal one (``spin.deviation_ms``: work that took SMs
-    before the spin, or a spin that did not run). :func:`side_stream_suspect` compares the
-    second with the first."""
-    synchronize()
-    spin.queue()
-    start.record()
-    call()
-    end.record()
-    synchronize()
-    done.record()
-    done.synchronize()
-    return (float(start.elapsed_time(end)),
-            float(start.elapsed_time(done)) + spin.deviation_ms(start))
 
 
 class HostClock:
@@ -303,7 +283,8 @@ class HostClock:
 
 
 def default_clock(device: torch.device | int | str | None = None,
-                  flusher: L2Flusher | None = None, hide_host_ms: float = 0.0) -> Clock:
+                  flusher: L2Flusher | None = None,
+                  hide_host_ms: float = DEFAULT_HIDE_HOST_MS) -> Clock:
     """CudaClock on a CUDA device (the flusher's, else the current one if ``device`` is None
     and CUDA is available), HostClock otherwise (which ignores ``hide_host_ms``)."""
     if device is None:

@@ -36,8 +36,8 @@ def main() -> None:
              "gemm on a side stream": on_side, "gemm on a top-priority side stream": on_urgent}
     from evokernel.device_spin import DeviceSpin
     spin = DeviceSpin.get(dev, 1.0)
-    print(f"spin: {spin.blocks} blocks x {spin.threads} threads; calibrated offset "
-          f"{spin.baseline_ms:.4f} ms\n")
+    print(f"spin: {spin.blocks} blocks x {spin.threads} threads; calibrated marker offset "
+          f"{spin.baseline_ms:.4f} ms, done gap {spin.done_gap_ms:.4f} ms\n")
     print("| call | hide_host_ms | event ms | device-wide ms | difference | side stream? |")
     print("|---|---|---|---|---|---|")
     for hide in (0.0, 1.0):

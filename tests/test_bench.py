@@ -636,13 +636,13 @@ def test_cli_wiring_as_the_lead_will_add_it():
 def test_fidelity_markdown_shows_each_timing_method_of_the_do_bench_process():
     db = {"reference_ms": 8.35, "candidate_ms": 0.50, "speedup": 16.7,
           "inproc_reference_ms": 8.40, "inproc_candidate_ms": 0.576, "inproc_speedup": 14.58,
-          "hidden_reference_ms": 8.34, "hidden_candidate_ms": 0.501, "hidden_speedup": 16.65}
+          "visible_reference_ms": 8.34, "visible_candidate_ms": 0.501, "visible_speedup": 16.65}
     row = bench.fidelity_row("layernorm", [{"run": 1, "verdict": "accept", "reason": "ok",
                                             "reference_ms": 8.4, "candidate_ms": 0.58,
                                             "speedup": 14.5}], db)
     md = bench.fidelity_markdown({"runs": 1, "problems": [row.to_dict()]})
     assert "| layernorm | evokernel timing there | - | 8.4000 | 0.5760 | 14.5800 |" in md
-    assert "| layernorm | launch hidden there | - | 8.3400 | 0.5010 | 16.6500 |" in md
+    assert "| layernorm | host time visible there | - | 8.3400 | 0.5010 | 16.6500 |" in md
     assert row.agreement_ok is False                 # 14.5 / 16.7 - 1 = -13%
 
 
@@ -651,7 +651,7 @@ def test_hide_host_ms_reaches_every_evaluator_config_and_bad_values_are_refused(
     plan = bench.plan_from_args(_args(["--hide-host-ms", "1", "--results-dir", str(tmp_path)]))
     assert plan.hide_host_ms == 1.0
     assert _eval_config(plan, tmp_path).timing.hide_host_ms == 1.0
-    assert bench.plan_from_args(_args(["--results-dir", str(tmp_path)])).hide_host_ms == 0.0
+    assert bench.plan_from_args(_args(["--results-dir", str(tmp_path)])).hide_host_ms == 1.0
 
 
 def test_fidelity_problems_are_checked_before_anything_runs(capsys):

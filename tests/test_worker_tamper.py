@@ -53,6 +53,24 @@ def test_patching_the_spins_launch_path_is_caught_and_undone():
     assert kernel.__call__ is real_call and torch.cuda.Stream.wait_event is real_wait
 
 
+def test_changing_a_spins_calibrated_values_is_caught(monkeypatch):
+    """A candidate that raises the calibrated gap could hide side-stream work behind it."""
+    import torch
+    from evokernel.device_spin import DeviceSpin
+    spin = DeviceSpin.__new__(DeviceSpin)           # no GPU: the attributes tamper watches
+    for a in ("blocks", "threads", "spin_us", "_kernel", "stream", "_marker", "_fence"):
+        setattr(spin, a, object())
+    spin.baseline_ms, spin.done_gap_ms = 0.003, 0.06
+    monkeypatch.setitem(DeviceSpin._made, (torch.device("cuda", 0), 1000), spin)
+    t = _Tamper(watch_spin=True)
+    assert t.check() is None
+    run_as_candidate("from evokernel.device_spin import DeviceSpin\n"
+                     "for s in DeviceSpin._made.values():\n    s.done_gap_ms = 5.0\n")
+    reason, detail = t.check()
+    assert reason is Reason.TIMER_TAMPERING and "done_gap_ms" in detail
+    assert spin.done_gap_ms == 0.06                   # restored
+
+
 def test_exception_classes():
     import torch
     assert classify_exception(RuntimeError("CUDA error: an illegal memory access was "

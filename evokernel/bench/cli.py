@@ -16,6 +16,7 @@ from evokernel.bench.plan import (DEFAULT_PHASES, DEFAULT_THROUGHPUT, HEADLINE, 
                                   machine_cores, seed_source, sequential_fit,
                                   throughput_variants)
 from evokernel.bench.run import cuda_deps, run_bench
+from evokernel.config import DEFAULT_HIDE_HOST_MS, MAX_HIDE_HOST_MS
 from evokernel.errors import ConfigError, EvokernelError, NoGPUError
 
 
@@ -72,7 +73,6 @@ def _runs_arg(text: str) -> int:
 
 
 def _hide_host_arg(text: str) -> float:
-    from evokernel.config import MAX_HIDE_HOST_MS
     try:
         ms = float(text)
     except ValueError:
@@ -117,9 +117,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--setup-concurrency", type=_positive_int, default=10,
                    help="evaluators set up and alive at once (default 10: two fidelity runs "
                         "of five problems; a softmax worker holds ~13 GiB of GPU memory)")
-    p.add_argument("--hide-host-ms", type=_hide_host_arg, default=0.0,
+    p.add_argument("--hide-host-ms", type=_hide_host_arg, default=DEFAULT_HIDE_HOST_MS,
                    help="timing.hide_host_ms, 0-2: hide up to this much host time per call "
-                        "behind a GPU spin (default 0: off; not yet run on a GPU)")
+                        "behind a GPU spin (0: off)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and its time estimate, run nothing (no GPU needed)")
     p.add_argument("--cores", type=_positive_int, default=None,

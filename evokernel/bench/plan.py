@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from evokernel.config import TimingConfig
+from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
 from evokernel.records import Candidate
 from evokernel.tunables import Tunable, find_tunables, set_tunables
 
@@ -167,7 +167,7 @@ class BenchPlan:
     setup_concurrency: evaluators set up (and alive) at once; fidelity sets up whole runs, at
         least one run per group.
     hide_host_ms: ``TimingConfig.hide_host_ms`` of every evaluator and of the do_bench
-        process's evokernel timing (0: off, the default).
+        process's evokernel timing (default ``DEFAULT_HIDE_HOST_MS``; 0: off).
     """
 
     results_dir: Path
@@ -184,7 +184,7 @@ class BenchPlan:
     do_bench_rep_ms: float = 100.0
     do_bench_rounds: int = 3
     setup_concurrency: int = 10
-    hide_host_ms: float = 0.0
+    hide_host_ms: float = DEFAULT_HIDE_HOST_MS
 
     def __post_init__(self) -> None:
         bad = [p for p in self.phases if p not in PHASES]
