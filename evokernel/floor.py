@@ -23,7 +23,6 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,8 @@ import torch
 from loguru import logger
 from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import FlopCounterMode
+
+from evokernel.baselines import write_json_atomic
 
 #: Sizes of the peak measurements: copy 1 GiB -> 1 GiB (2 GiB of traffic), matmul 8192^3.
 COPY_BYTES = 2**30
@@ -241,10 +242,7 @@ def measure_peaks(device: torch.device | int | str, cache_dir: Path, *,
         except (OSError, ValueError, KeyError, TypeError) as e:
             logger.warning("{}: unreadable ({}); measuring again", path, e)
     peaks = (measure_fn or measure_device_peaks)(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(peaks.to_dict(), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_json_atomic(path, peaks.to_dict())
     logger.info("measured peaks of {}: {}", name, peaks)
     return peaks
 

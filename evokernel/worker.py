@@ -91,7 +91,8 @@ class Session:
         # A respawned worker reuses its first incarnation's torch.compile time, so every
         # candidate of a run is compared with the same baseline measurement.
         self.compile_ms = (problem["compile_ms"] if problem.get("compile_ms") is not None
-                           else self._compile_baseline() if config.measure_compile else None)
+                           else self._compile_baseline(problem["source"]) if config.measure_compile
+                           else None)
         self.reference_kernels, self.main_kernels = self._profile_reference()
         self._expected: dict[int, list[tuple[Any, ...]]] = {}
         self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)
@@ -152,23 +153,18 @@ class Session:
             self._expected[key] = outs
         return self._expected[key]
 
-    def _compile_baseline(self) -> float | None:
-        """torch.compile (default mode) median ms, timed interleaved with eager (TF32 off)."""
+    def _compile_baseline(self, problem_source: str) -> float | None:
+        """torch.compile (default mode) median ms, timed interleaved with eager (TF32 off), from
+        the cache when this problem, GPU, torch/CUDA and settings were measured before
+        (evokernel.baselines)."""
         import torch
-        from evokernel.gate import strict_fp32
-        from evokernel.timing import time_interleaved
-        try:
-            compiled = torch.compile(self.ref.model)
-            sets = self.timing_inputs
-            with strict_fp32(), torch.no_grad():
-                stats = time_interleaved(
-                    {"eager": lambda i: self.ref.model(*sets[i % len(sets)]),
-                     "compile": lambda i: compiled(*sets[i % len(sets)])},
-                    self.config.timing, device=self.device, flush=self.flusher)
-            return stats["compile"].median_ms
-        except Exception:  # a problem torch.compile cannot handle: report no compile baseline
-            print("torch.compile baseline failed:\n" + traceback.format_exc(), flush=True)
-            return None
+        from evokernel import baselines
+        key = baselines.baseline_key(problem_source, torch.cuda.get_device_name(self.device),
+                                     torch.__version__, torch.version.cuda, self.config)
+        return baselines.cached_compile_ms(
+            self.config.cache_path, key,
+            lambda: baselines.measure_compile_baseline(self.ref.model, self.timing_inputs,
+                                                       self.config, self.device, self.flusher))
 
     def evaluate(self, cand: Candidate) -> tuple[EvalResult, bool]:
         """Gate then time one candidate. Returns (result, fatal)."""

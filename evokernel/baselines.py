@@ -1,0 +1,102 @@
+"""The ``torch.compile`` baseline (DESIGN.md § Timing), measured once per problem, device, torch
+and CUDA version, and evaluation settings, then cached on disk.
+
+The eager reference, the default fitness baseline, is timed again with every candidate, interleaved
+with it (evokernel.worker), so drift hits both alike. ``torch.compile`` takes seconds to minutes
+to compile a reference, so its time is measured once, interleaved with eager, and kept in
+``<cache>/baselines/<sha256>.json``. The key covers whatever can change the time: the problem
+file's text, the GPU's name, torch's and CUDA's versions, the timing settings, and whether the
+gate perturbs the reference's constant parameters (the timed reference is the perturbed one). Files are written to a temp
+file and then renamed, so workers on several GPUs never read half a file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from loguru import logger
+
+from evokernel.config import EvalConfig
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temp file and a rename, so a reader sees the
+    old file or the new one, never half of one. Raises OSError if the folder is unwritable."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def baseline_key(problem_source: str, device_name: str, torch_version: str,
+                 cuda_version: str | None, config: EvalConfig) -> dict[str, Any]:
+    """What a cached baseline depends on, as a JSON-able dict (the problem as its sha256)."""
+    return {"problem_sha256": hashlib.sha256(problem_source.encode()).hexdigest(),
+            "device": device_name, "torch": torch_version, "cuda": cuda_version,
+            "timing": dataclasses.asdict(config.timing),
+            "perturb_constant_parameters": config.gate.perturb_constant_parameters}
+
+
+def baseline_path(cache_dir: Path, key: dict[str, Any]) -> Path:
+    """``cache_dir/baselines/<sha256 of the key>.json``."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return Path(cache_dir) / "baselines" / f"{digest}.json"
+
+
+def cached_compile_ms(cache_dir: Path, key: dict[str, Any],
+                      measure: Callable[[], tuple[float, float] | None]) -> float | None:
+    """The cached ``torch.compile`` median (ms) for ``key``, else ``measure()``'s, then cached.
+
+    measure: returns (eager_ms, compile_ms), or None when torch.compile cannot handle the problem
+        (not cached, so the next run tries again).
+    An unreadable or mismatched file is measured again, with a warning naming it.
+    Returns: compile_ms, or None. Raises: what ``measure`` raises.
+    """
+    path = baseline_path(cache_dir, key)
+    if path.exists():
+        try:
+            got = json.loads(path.read_text())
+            if got["key"] == key:
+                return float(got["compile_ms"])
+            logger.warning("{}: cached for another key; measuring again", path)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            logger.warning("{}: unreadable ({}); measuring again", path, e)
+    measured = measure()
+    if measured is None:
+        return None
+    eager_ms, compile_ms = measured
+    try:
+        write_json_atomic(path, {"key": key, "eager_ms": eager_ms, "compile_ms": compile_ms,
+                                 "measured": datetime.datetime.now(datetime.timezone.utc)
+                                 .isoformat(timespec="seconds")})
+    except OSError as e:              # an unwritable cache costs a re-measure next run, no more
+        logger.warning("{}: could not cache the torch.compile baseline: {}", path, e)
+    return compile_ms
+
+
+def measure_compile_baseline(model: Any, sets: Sequence[Sequence[Any]], config: EvalConfig,
+                             device: Any, flush: Any) -> tuple[float, float] | None:
+    """(eager_ms, compile_ms): medians of ``model`` and ``torch.compile(model)`` (default mode),
+    timed interleaved under strict FP32 (TF32 off) and no_grad over the timing input ``sets``.
+    Returns None, with the traceback printed to the worker's log, when torch.compile fails."""
+    import torch
+
+    from evokernel.gate import strict_fp32
+    from evokernel.timing import time_interleaved
+    try:
+        compiled = torch.compile(model)
+        with strict_fp32(), torch.no_grad():
+            stats = time_interleaved(
+                {"eager": lambda i: model(*sets[i % len(sets)]),
+                 "compile": lambda i: compiled(*sets[i % len(sets)])},
+                config.timing, device=device, flush=flush)
+        return stats["eager"].median_ms, stats["compile"].median_ms
+    except Exception:  # noqa: BLE001 - a problem torch.compile cannot handle: no compile baseline
+        print("torch.compile baseline failed:\n" + traceback.format_exc(), flush=True)
+        return None
