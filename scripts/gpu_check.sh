@@ -17,7 +17,7 @@
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
 #          (tests/test_gpu_gate_fixtures.py, the same run), so run it on its own:
 #          python3 -m pytest -q -m gpu tests/test_gpu_gate_fixtures.py
-#          GATE_ARGS adds flags, e.g. GATE_ARGS="--hide-host-ms 1" (timing.hide_host_ms)
+#          GATE_ARGS adds flags, e.g. GATE_ARGS="--hide-host-ms 0" (timing.hide_host_ms; default 1)
 #   bench: the engine benchmarks (evokernel.bench: throughput cold/warm/sequential, fidelity vs
 #          triton do_bench), sized to what is left of a 10-minute call (CALL_LIMIT, default 590 s,
 #          counted from this script's start); BENCH_ARGS adds flags, e.g.
