@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from evokernel.module_snapshot import ModuleSnapshot
 from evokernel.records import Reason
 
 
@@ -38,17 +39,19 @@ def _called_from_candidate() -> bool:
 class Tamper:
     """Catches a candidate that monkey-patches the timers or starts threads or processes.
 
-    Timers: the objects are snapshot at start-up and compared after each candidate. Threads and
+    Timers: the objects are snapshot at start-up and compared after each candidate, and so is
+    evokernel's own code (evokernel.module_snapshot: the timing loop, the spin's calibrated
+    values, the gate's functions and their defaults); a change is undone and named. Threads and
     processes: the functions that start them are wrapped so that a start whose call stack holds
     candidate code is recorded; PyTorch's own helper threads (e.g. torch.compile's worker pool
     timer) are not the candidate's and are not counted.
     """
 
     def __init__(self, watch_spin: bool = False) -> None:
-        """watch_spin: also watch the spin that hides host time (``TimingConfig.hide_host_ms >
-        0``, evokernel.device_spin): its launch path, the stream waits, its trial and
-        correction functions, and the launch shape and calibrated values of every DeviceSpin
-        made so far (make them first: the worker does so at set-up)."""
+        """watch_spin: also watch torch's launch path and stream waits, which the spin that
+        hides host time uses (``TimingConfig.hide_host_ms > 0``, evokernel.device_spin). The
+        spin's own code and calibrated values are in the snapshot of evokernel's modules, taken
+        here: make the spin first (the worker does so at set-up)."""
         import _thread
         import multiprocessing
         import subprocess
@@ -72,14 +75,9 @@ class Tamper:
                                        "torch.cuda._utils._get_gpu_runtime_library")):
                 if owner is not None and hasattr(owner, attr):
                     self._objs[name] = (owner, attr)
-            from evokernel import device_spin
-            self._objs["device_spin.spin_trial"] = (device_spin, "spin_trial")
-            for a in ("queue", "_launch", "marker_offset_ms", "deviation_ms", "whole_device_ms"):
-                self._objs[f"DeviceSpin.{a}"] = (device_spin.DeviceSpin, a)
-            for i, spin in enumerate(device_spin.DeviceSpin._made.values()):
-                for a in ("blocks", "threads", "spin_us", "baseline_ms", "done_gap_ms",
-                          "_kernel", "stream", "_marker", "_fence"):
-                    self._objs[f"DeviceSpin[{i}].{a}"] = (spin, a)
+        # evokernel's own code (timing, the spin and its calibration, the gate): see
+        # evokernel.module_snapshot. Taken after the worker's set-up made the spin.
+        self._modules = ModuleSnapshot()
         self._saved = {k: getattr(o, a) for k, (o, a) in self._objs.items()}
         self.started: list[str] = []
         for owner, attr, what in ((_thread, "start_new_thread", "a thread"),
@@ -100,6 +98,7 @@ class Tamper:
     def check(self) -> tuple[Reason, str] | None:
         """A named reason when a timer was replaced or a thread/process was started."""
         changed = [k for k, (o, a) in self._objs.items() if getattr(o, a) is not self._saved[k]]
+        changed += self._modules.changed()        # already put back
         if changed:
             for k, (o, a) in self._objs.items():  # restore, so later candidates are timed right
                 setattr(o, a, self._saved[k])

@@ -2,6 +2,8 @@
 candidate code are caught; PyTorch's own helper threads are not blamed on the candidate."""
 import threading
 
+import pytest
+
 from evokernel.records import Reason
 from evokernel.tamper import Tamper as _Tamper  # noqa: N814
 from evokernel.worker import classify_exception
@@ -53,22 +55,56 @@ def test_patching_the_spins_launch_path_is_caught_and_undone():
     assert kernel.__call__ is real_call and torch.cuda.Stream.wait_event is real_wait
 
 
-def test_changing_a_spins_calibrated_values_is_caught(monkeypatch):
-    """A candidate that raises the calibrated gap could hide side-stream work behind it."""
+SPIN_ATTACKS = {  # each would let side-stream work pass the check (a review's findings)
+    "a spin's calibrated gap": ("for s in DeviceSpin._made.values():\n    s.done_gap_ms = 5.0\n",
+                                "done_gap_ms"),
+    "a copied spin in the cache": (
+        "import copy\nfor k, s in list(DeviceSpin._made.items()):\n"
+        "    f = copy.copy(s); f.done_gap_ms = 5.0; DeviceSpin._made[k] = f\n", "_made"),
+    "the cache emptied": ("DeviceSpin._made.clear()\n", "_made"),
+    "DeviceSpin.get": ("DeviceSpin.get = classmethod(lambda cls, d, ms: None)\n",
+                       "DeviceSpin.get"),
+    "a class property over the gap": ("DeviceSpin.done_gap_ms = property(lambda self: 5.0)\n",
+                                      "DeviceSpin (names)"),
+    "the side-stream rule's defaults": (
+        "t.side_stream_suspect.__kwdefaults__ = {'factor': 1e9, 'slack_ms': 1e9}\n",
+        "side_stream_suspect.__kwdefaults__"),
+    "the defaults changed in place": ("t.side_stream_suspect.__kwdefaults__['factor'] = 1e9\n",
+                                      "side_stream_suspect.__kwdefaults__"),
+    "the timing loop's synchronize": ("t._cuda_synchronize = lambda d=None: None\n",
+                                      "evokernel.timing._cuda_synchronize"),
+    "a builtin shadowed": ("import evokernel.device_spin as ds\nds.abs = lambda x: 0.0\n",
+                           "evokernel.device_spin (names)"),
+    "a method's code": ("DeviceSpin.whole_device_ms.__code__ = (lambda self, a, b: 0.0).__code__\n",
+                        "whole_device_ms.__code__"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(SPIN_ATTACKS))
+def test_changes_to_the_spin_and_the_timing_code_are_caught_and_undone(monkeypatch, attack):
     import torch
+
+    import evokernel.timing as timing
     from evokernel.device_spin import DeviceSpin
-    spin = DeviceSpin.__new__(DeviceSpin)           # no GPU: the attributes tamper watches
-    for a in ("blocks", "threads", "spin_us", "_kernel", "stream", "_marker", "_fence"):
-        setattr(spin, a, object())
+    spin = DeviceSpin.__new__(DeviceSpin)           # no GPU: only what the snapshot reads
+    spin.blocks, spin.threads, spin.spin_us = 264, 1024, 1000
     spin.baseline_ms, spin.done_gap_ms = 0.003, 0.06
     monkeypatch.setitem(DeviceSpin._made, (torch.device("cuda", 0), 1000), spin)
+    before = (DeviceSpin.get, timing._cuda_synchronize,
+              dict(timing.side_stream_suspect.__kwdefaults__))
     t = _Tamper(watch_spin=True)
     assert t.check() is None
-    run_as_candidate("from evokernel.device_spin import DeviceSpin\n"
-                     "for s in DeviceSpin._made.values():\n    s.done_gap_ms = 5.0\n")
+    code, named = SPIN_ATTACKS[attack]
+    run_as_candidate("import evokernel.timing as t\nfrom evokernel.device_spin import DeviceSpin\n"
+                     + code)
     reason, detail = t.check()
-    assert reason is Reason.TIMER_TAMPERING and "done_gap_ms" in detail
-    assert spin.done_gap_ms == 0.06                   # restored
+    assert reason is Reason.TIMER_TAMPERING and named in detail, detail
+    assert t.check() is None                          # put back, so the next one is clean
+    assert DeviceSpin._made[(torch.device("cuda", 0), 1000)] is spin
+    assert spin.whole_device_ms(1.0, 0.003) == pytest.approx(0.94)
+    assert (DeviceSpin.get, timing._cuda_synchronize,
+            dict(timing.side_stream_suspect.__kwdefaults__)) == before
+    assert "abs" not in vars(__import__("evokernel.device_spin").device_spin)
 
 
 def test_exception_classes():
