@@ -110,8 +110,10 @@ class DeviceSpin:
         if not 0 < spin_ms <= 1000:
             raise ValueError(f"spin_ms must be in (0, 1000], got {spin_ms}")
         if _COMPILE_KERNEL is None:
-            raise RuntimeError(f"timing.hide_host_ms needs torch.cuda._compile_kernel (NVRTC), "
-                               f"which torch {torch.__version__} lacks; set it to 0")
+            raise RuntimeError(f"timing.hide_host_ms needs torch.cuda._compile_kernel (NVRTC, "
+                               f"torch >= 2.8), which torch {torch.__version__} lacks; use "
+                               f"torch >= 2.8, or set EvalConfig(timing=TimingConfig("
+                               f"hide_host_ms=0)) to time with the host time counted")
         self.device = device
         self.spin_us = max(1, round(spin_ms * 1000))
         props = torch.cuda.get_device_properties(device)

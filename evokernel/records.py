@@ -167,10 +167,11 @@ class EvalResult:
 
     @property
     def compile_speedup(self) -> float:
-        """compile_ms / candidate_ms for an accepted candidate; 0.0 when unknown."""
+        """compile_ms / candidate_ms for an accepted candidate; 0.0 when unknown (never NaN)."""
         if not self.accepted or not self.compile_ms or not self.candidate_ms:
             return 0.0
-        return self.compile_ms / self.candidate_ms
+        s = self.compile_ms / self.candidate_ms
+        return s if math.isfinite(s) and s > 0 else 0.0
 
     @property
     def pct_of_floor(self) -> float | None:

@@ -3,11 +3,10 @@
 Method (DESIGN.md § Timing):
 
 * every trial flushes L2 (writes a buffer of 2x its size), then synchronizes the whole device,
-  records a start event, calls the function, records an end event and synchronizes the whole
-  device again before reading the elapsed time;
-* the host wall time of the same interval (synchronize before start to synchronize after end) is
-  kept too: work moved to a side stream escapes the events but not the device-wide synchronize,
-  see :func:`side_stream_suspect`;
+  queues the spin described below, records a start event, calls the function, records an end
+  event and synchronizes the whole device again before reading the elapsed time;
+* a whole-device time of the same trial is kept too: work moved to a side stream escapes the
+  events but not the device-wide synchronize, see :func:`side_stream_suspect`;
 * warm-up is a time budget (as in ``triton.testing.do_bench``), trials are interleaved A B A B ...
   so drift (clocks, temperature) hits every function alike, and rounds of trials are added until
   the 95% CI of every median is within ``TimingConfig.target_rel_ci`` of it.
@@ -25,7 +24,9 @@ from do_bench's by up to 6.6% on an H200 (results/h200-2026-11-30-s3), and why t
 default.
 
 Timer functions (``time.perf_counter``, ``torch.cuda.synchronize``) are bound when this module is
-imported, so a candidate that monkey-patches them later does not change these timings.
+imported, so a candidate that monkey-patches torch's or time's later does not change these
+timings. Patching this module's own names would; the GPU worker's evokernel.tamper snapshot of
+evokernel's modules catches and undoes that after each candidate.
 """
 from __future__ import annotations
 
@@ -147,10 +148,11 @@ def median_ci(times: Sequence[float], confidence: float = 0.95) -> tuple[float, 
 
 def side_stream_suspect(stats: TimingStats, *, factor: float = SIDE_STREAM_FACTOR,
                         slack_ms: float = SIDE_STREAM_SLACK_MS) -> bool:
-    """True if the host-timed median is much larger than the event-timed one.
+    """True if the whole-device median is much larger than the event-timed one.
 
-    Rule: ``host_median_ms > factor * median_ms + slack_ms`` (defaults 1.2 and 0.05 ms). The
-    events are recorded on the current stream while the host waits for the whole device, so work
+    Rule: ``host_median_ms > factor * median_ms + slack_ms`` (defaults 1.2 and 0.05 ms).
+    With ``hide_host_ms = 0`` the whole-device time is the host's wall time: the events are
+    recorded on the current stream while the host waits for the whole device, so work
     launched on another stream (and not joined back) is counted by the host only. Otherwise the
     two differ by a near-constant: one event-record call and the synchronize's wake-up (~10 us),
     which ``slack_ms`` covers; the call's own host time is inside both, because the device is
@@ -220,8 +222,9 @@ class Clock(Protocol):
 
 
 class CudaClock:
-    """CUDA events plus host ``perf_counter``, with an L2 flush and device-wide synchronizes
-    around every trial (see the module docstring). Exceptions from the call or from the
+    """CUDA events plus a whole-device time (the spin's GPU clock, or host ``perf_counter``
+    when ``hide_host_ms`` is 0), with an L2 flush and device-wide synchronizes around every
+    trial (see the module docstring). Exceptions from the call or from the
     synchronize (a kernel fault) propagate. Pass ``flusher`` to reuse one L2Flusher (and its
     buffer) across calls; it must be on ``device``."""
 

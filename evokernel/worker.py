@@ -272,8 +272,8 @@ class Session:
             host = stats["candidate"].host_median_ms
             return EvalResult.failure(
                 cand.id, Reason.SIDE_STREAM,
-                f"CUDA events saw {cand_ms:.4f} ms but the host, synchronizing the whole device, "
-                f"saw {host:.4f} ms: work runs outside the timed stream", **timed)
+                f"CUDA events saw {cand_ms:.4f} ms but the whole device, synchronized, was busy "
+                f"for {host:.4f} ms: work runs outside the timed stream", **timed)
         mutated = next((f"timing set {k}: {why}" for k, why in
                         ((k, _modified(sets[k], mine[k])) for k in range(n)) if why), "")
         if mutated:

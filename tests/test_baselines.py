@@ -15,7 +15,7 @@ def key(source=SOURCE, device="NVIDIA H200", torch_version="2.11.0+cu130", cuda=
 
 
 class Measure:
-    def __init__(self, result=(8.1, 0.38)):
+    def __init__(self, result=(8.1, 0.38, True)):
         self.calls, self.result = 0, result
 
     def __call__(self):
@@ -44,6 +44,28 @@ def test_anything_that_changes_the_time_measures_again(tmp_path, changed):
     assert m.calls == 2
 
 
+def test_a_measurement_that_missed_its_ci_target_is_used_but_not_cached(tmp_path):
+    m = Measure(result=(8.1, 0.41, False))
+    assert cached_compile_ms(tmp_path, key(), m) == 0.41
+    assert cached_compile_ms(tmp_path, key(), m) == 0.41
+    assert m.calls == 2 and not baseline_path(tmp_path, key()).exists()
+
+
+def test_the_key_names_the_timing_method_and_triton():
+    from evokernel.baselines import METHOD_VERSION
+    k = key()
+    assert k["method"] == METHOD_VERSION and "triton" in k
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 0.0, True, "0.5", None])
+def test_a_cached_value_that_is_no_time_is_measured_again(tmp_path, bad):
+    path = baseline_path(tmp_path, key())
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"key": key(), "compile_ms": bad}))
+    m = Measure()
+    assert cached_compile_ms(tmp_path, key(), m) == 0.38 and m.calls == 1
+
+
 def test_a_failed_torch_compile_is_not_cached(tmp_path):
     m = Measure(result=None)
     assert cached_compile_ms(tmp_path, key(), m) is None
@@ -60,11 +82,18 @@ def test_a_corrupt_cache_file_is_measured_again(tmp_path):
     assert json.loads(path.read_text())["compile_ms"] == 0.38      # and replaced
 
 
-def test_an_unwritable_cache_still_gives_the_measured_time(tmp_path):
+def test_an_unwritable_cache_still_gives_the_measured_time(tmp_path, capsys):
+    from loguru import logger
     blocker = tmp_path / "file"
     blocker.write_text("")                        # a file where the cache folder would go
-    m = Measure()
-    assert cached_compile_ms(blocker, key(), m) == 0.38
+    sink = logger.add(lambda msg: print(msg, end=""), level="WARNING")
+    try:
+        m = Measure()
+        assert cached_compile_ms(blocker, key(), m) == 0.38
+    finally:
+        logger.remove(sink)
+    assert "could not cache the torch.compile baseline" in capsys.readouterr().out
+    assert blocker.read_text() == ""
 
 
 def test_measure_compile_baseline_times_eager_and_compiled_interleaved(monkeypatch):
@@ -83,8 +112,9 @@ def test_measure_compile_baseline_times_eager_and_compiled_interleaved(monkeypat
     sets = [[torch.randn(4, 8)] for _ in range(3)]
     cfg = EvalConfig(timing=TimingConfig(warmup_ms=0.0, min_trials=5, max_trials=10,
                                          max_time_s=1.0))
-    eager_ms, compile_ms = measure_compile_baseline(model, sets, cfg, torch.device("cpu"), None)
-    assert eager_ms > 0 and compile_ms > 0 and len(calls) >= 5
+    eager_ms, compile_ms, converged = measure_compile_baseline(model, sets, cfg,
+                                                               torch.device("cpu"), None)
+    assert eager_ms > 0 and compile_ms > 0 and len(calls) >= 5 and isinstance(converged, bool)
 
 
 def test_a_torch_compile_failure_gives_none_and_a_logged_traceback(monkeypatch, capsys):
@@ -112,7 +142,7 @@ def test_the_worker_reads_its_compile_baseline_through_the_cache(monkeypatch, tm
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
     measured = []
     monkeypatch.setattr("evokernel.baselines.measure_compile_baseline",
-                        lambda *a: (measured.append(a), (1.0, 0.5))[1])
+                        lambda *a: (measured.append(a), (1.0, 0.5, True))[1])
     state = types.SimpleNamespace(config=EvalConfig(cache_dir=str(tmp_path)), device="cpu",
                                   ref=types.SimpleNamespace(model=None), timing_inputs=[],
                                   flusher=None)

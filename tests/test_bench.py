@@ -562,6 +562,8 @@ def _args(argv):
     (["--fidelity-runs", "1"], "must be >= 2, got 1"),
     (["--hide-host-ms", "-1"], "must be in [0, 2] ms"),
     (["--hide-host-ms", "nan"], "must be in [0, 2] ms"),
+    (["--hide-host-ms", "3"], "must be in [0, 2] ms"),
+    (["--hide-host-ms", "fast"], "invalid number"),
     (["--sequential-n", "0"], "must be >= 1"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
@@ -646,12 +648,14 @@ def test_fidelity_markdown_shows_each_timing_method_of_the_do_bench_process():
     assert row.agreement_ok is False                 # 14.5 / 16.7 - 1 = -13%
 
 
-def test_hide_host_ms_reaches_every_evaluator_config_and_bad_values_are_refused(tmp_path):
+@pytest.mark.parametrize("flag, expected", [("0.5", 0.5), ("0", 0.0), (None, 1.0)])
+def test_hide_host_ms_reaches_every_evaluator_config(tmp_path, flag, expected):
+    """Bad values are usage errors: test_bad_arguments_are_usage_errors."""
     from evokernel.bench.deps import _eval_config
-    plan = bench.plan_from_args(_args(["--hide-host-ms", "1", "--results-dir", str(tmp_path)]))
-    assert plan.hide_host_ms == 1.0
-    assert _eval_config(plan, tmp_path).timing.hide_host_ms == 1.0
-    assert bench.plan_from_args(_args(["--results-dir", str(tmp_path)])).hide_host_ms == 1.0
+    argv = (["--hide-host-ms", flag] if flag else []) + ["--results-dir", str(tmp_path)]
+    plan = bench.plan_from_args(_args(argv))
+    assert plan.hide_host_ms == expected
+    assert _eval_config(plan, tmp_path).timing.hide_host_ms == expected
 
 
 def test_fidelity_problems_are_checked_before_anything_runs(capsys):

@@ -114,3 +114,21 @@ def test_exception_classes():
     assert classify_exception(torch.cuda.OutOfMemoryError("CUDA out of memory")) == \
         (Reason.OUT_OF_MEMORY, False)
     assert classify_exception(ValueError("bad shape")) == (Reason.RUNTIME_ERROR, False)
+
+
+def test_the_worker_must_make_its_spin_before_the_snapshot(monkeypatch):
+    """DeviceSpin.get for the set-up's key is a cache hit and changes nothing; a spin made
+    later (another hide_host_ms) is a change. The worker makes its spin at set-up, before
+    Tamper, and times everything with the same setting."""
+    import torch
+
+    from evokernel.device_spin import DeviceSpin
+    spin = DeviceSpin.__new__(DeviceSpin)
+    spin.baseline_ms, spin.done_gap_ms = 0.003, 0.06
+    monkeypatch.setitem(DeviceSpin._made, (torch.device("cuda", 0), 1000), spin)
+    t = _Tamper(watch_spin=True)
+    assert DeviceSpin.get(torch.device("cuda", 0), 1.0) is spin
+    assert t.check() is None
+    monkeypatch.setitem(DeviceSpin._made, (torch.device("cuda", 0), 500), spin)
+    reason, detail = t.check()
+    assert reason is Reason.TIMER_TAMPERING and "_made" in detail
