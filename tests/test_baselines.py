@@ -149,3 +149,13 @@ def test_the_worker_reads_its_compile_baseline_through_the_cache(monkeypatch, tm
     assert Session._compile_baseline(state, SOURCE) == 0.5
     assert Session._compile_baseline(state, SOURCE) == 0.5
     assert len(measured) == 1
+
+
+@pytest.mark.parametrize("compile_ms, expected", [(0.5, 2.0), (float("nan"), 0.0),
+                                                  (float("inf"), 0.0), (-1.0, 0.0)])
+def test_a_bad_compile_time_never_becomes_a_nan_fitness(compile_ms, expected):
+    """--vs-compile makes compile_speedup the fitness."""
+    from evokernel.records import EvalResult, Reason, Verdict
+    r = EvalResult(candidate_id="c", verdict=Verdict.ACCEPT, reason=Reason.OK,
+                   reference_ms=1.0, candidate_ms=0.25, compile_ms=compile_ms)
+    assert r.compile_speedup == expected
