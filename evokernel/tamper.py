@@ -18,17 +18,24 @@ from evokernel.module_snapshot import ModuleSnapshot
 from evokernel.records import Reason
 
 
-def _called_from_candidate() -> bool:
-    """Whether candidate code (compiled with a ``<candidate ...>`` filename by
-    evokernel.extension_cache.load_candidate) is on the current call stack, and not through
-    evokernel's own build step (an in-worker build runs ninja as a subprocess on the candidate's
-    behalf; evokernel.extension_cache, split out of evokernel.build, holds that step)."""
+def _build_step_files() -> tuple[str, str]:
+    """The files of evokernel's own build step: an in-worker build runs ninja as a subprocess on
+    the candidate's behalf (evokernel.extension_cache, split out of evokernel.build)."""
     import evokernel.build as build
     import evokernel.extension_cache as extension_cache
+    return build.__file__, extension_cache.__file__
+
+
+def _called_from_candidate(own_files: tuple[str, ...] | None = None) -> bool:
+    """Whether candidate code (compiled with a ``<candidate ...>`` filename by
+    evokernel.extension_cache.load_candidate) is on the current call stack, and not through
+    evokernel's own build step (``own_files``, default :func:`_build_step_files`; Tamper reads
+    them once, so a candidate cannot rename them)."""
+    own_files = own_files if own_files is not None else _build_step_files()
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if name in (build.__file__, extension_cache.__file__):
+        if name in own_files:
             return False
         if name.startswith("<candidate"):
             return True
@@ -77,6 +84,10 @@ class Tamper:
                     self._objs[name] = (owner, attr)
         # evokernel's own code (timing, the spin and its calibration, the gate): see
         # evokernel.module_snapshot. Taken after the worker's set-up made the spin.
+        # The build step's modules load lazily (first candidate, first thread start): load them
+        # now, so they are in the snapshot, and read their files once.
+        self._own_files = _build_step_files()
+        import evokernel.sandbox  # noqa: F401 - in the snapshot
         self._modules = ModuleSnapshot()
         self._saved = {k: getattr(o, a) for k, (o, a) in self._objs.items()}
         self.started: list[str] = []
@@ -90,7 +101,7 @@ class Tamper:
 
     def _watch(self, fn: Any, what: str) -> Any:
         def watched(*args: Any, **kwargs: Any) -> Any:
-            if _called_from_candidate():
+            if _called_from_candidate(self._own_files):
                 self.started.append(what)
             return fn(*args, **kwargs)
         return watched

@@ -132,3 +132,68 @@ def test_the_worker_must_make_its_spin_before_the_snapshot(monkeypatch):
     monkeypatch.setitem(DeviceSpin._made, (torch.device("cuda", 0), 500), spin)
     reason, detail = t.check()
     assert reason is Reason.TIMER_TAMPERING and "_made" in detail
+
+
+MORE_ATTACKS = {  # a second review's findings
+    "an always-equal default": (
+        "class E(float):\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = float.__hash__\n"
+        "t.side_stream_suspect.__kwdefaults__['factor'] = E(1e9)\n",
+        "side_stream_suspect.__kwdefaults__"),
+    "a property's getter": (
+        "t.TimingStats.host_median_ms.fget.__code__ = (lambda self: 0.0).__code__\n",
+        "host_median_ms.fget.__code__"),
+    "the function a decorator wraps": (
+        "import evokernel.gate as g\n"
+        "g.strict_fp32.__wrapped__.__code__ = (lambda: (yield)).__code__\n",
+        "evokernel.gate.strict_fp32."),    # reached through its closure and __wrapped__
+    "a default no comparison survives": (
+        "import torch\nt.side_stream_suspect.__kwdefaults__['factor'] = torch.ones(2)\n",
+        "side_stream_suspect.__kwdefaults__"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(MORE_ATTACKS))
+def test_subtler_changes_are_caught_and_undone(attack):
+    import evokernel.gate as gate
+    import evokernel.timing as timing
+    before = (dict(timing.side_stream_suspect.__kwdefaults__),
+              timing.TimingStats.host_median_ms.fget.__code__,
+              gate.strict_fp32.__wrapped__.__code__)
+    t = _Tamper()
+    code, named = MORE_ATTACKS[attack]
+    run_as_candidate("import evokernel.timing as t\n" + code)
+    reason, detail = t.check()
+    assert reason is Reason.TIMER_TAMPERING and named in detail, detail
+    assert t.check() is None
+    assert timing.TimingStats.host_median_ms.fget.__code__ is before[1]
+    assert gate.strict_fp32.__wrapped__.__code__ is before[2]
+    assert all(timing.side_stream_suspect.__kwdefaults__[k] is v for k, v in before[0].items())
+
+
+def test_the_worker_run_as_main_is_watched(monkeypatch):
+    """The GPU worker runs as ``python -m evokernel.worker``: its module is ``__main__``."""
+    import sys
+    import types
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name="evokernel.worker")
+    main._stale = lambda *a, **k: "stale"
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    t = _Tamper()
+    run_as_candidate("import sys\nsys.modules['__main__']._stale = lambda *a, **k: ''\n")
+    reason, detail = t.check()
+    assert reason is Reason.TIMER_TAMPERING and "__main__._stale" in detail
+    assert main._stale() == "stale"
+
+
+def test_renaming_the_build_steps_file_does_not_hide_a_thread():
+    t = _Tamper()
+    import evokernel.extension_cache as extension_cache
+    real = extension_cache.__file__
+    try:
+        run_as_candidate("import evokernel.extension_cache as e, threading\n"
+                         "e.__file__ = '<candidate x>'\n"
+                         "th = threading.Thread(target=lambda: None)\nth.start()\nth.join()\n")
+        assert t.check() == (Reason.THREADS, "the candidate started a thread")
+    finally:
+        extension_cache.__file__ = real
