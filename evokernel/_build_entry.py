@@ -9,7 +9,6 @@ written, whatever the candidate did.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -47,6 +46,7 @@ def main(argv: list[str]) -> None:
     work, cache_dir, arch = Path(argv[0]), Path(argv[1]), argv[2]
     trim = len(argv) > 3 and argv[3] == "trim"
     from evokernel.extension_cache import patched_load_inline
+    from evokernel.jsonfile import write_json_atomic
     from evokernel.problem import exec_module
 
     source_path = work / "candidate.py"
@@ -70,9 +70,7 @@ def main(argv: list[str]) -> None:
     result = {"ok": ok, "cache_hit": bool(calls) and all(c["cache_hit"] for c in calls),
               "build_dirs": dirs, "flags": flags,
               "trimmed": any(c.get("trimmed") for c in calls)}
-    tmp = work / "result.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, work / "result.json")
+    write_json_atomic(work / "result.json", result, indent=1)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)             # threads or atexit hooks the candidate left behind must not hang us

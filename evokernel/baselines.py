@@ -20,7 +20,6 @@ import hashlib
 import importlib.metadata
 import json
 import math
-import os
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,6 +27,7 @@ from typing import Any, Callable, Sequence
 from loguru import logger
 
 from evokernel.config import EvalConfig
+from evokernel.jsonfile import write_json_atomic
 
 #: Bumped whenever evokernel.timing's method changes what a time means (session 4: the spin that
 #: hides host time became the default), so older cached baselines are not reused.
@@ -39,15 +39,6 @@ def _version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temp file and a rename, so a reader sees the
-    old file or the new one, never half of one. Raises OSError if the folder is unwritable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
 
 
 def baseline_key(problem_source: str, device_name: str, torch_version: str,
@@ -103,7 +94,7 @@ def cached_compile_ms(cache_dir: Path, key: dict[str, Any],
     try:
         write_json_atomic(path, {"key": key, "eager_ms": eager_ms, "compile_ms": compile_ms,
                                  "measured": datetime.datetime.now(datetime.timezone.utc)
-                                 .isoformat(timespec="seconds")})
+                                 .isoformat(timespec="seconds")}, sort_keys=True)
     except OSError as e:              # an unwritable cache costs a re-measure next run, no more
         logger.warning("{}: could not cache the torch.compile baseline: {}", path, e)
     return compile_ms

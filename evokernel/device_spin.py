@@ -147,8 +147,8 @@ class DeviceSpin:
         return float(self._marker.elapsed_time(start)) - self.spin_us / 1000.0
 
     def calibrate(self, trials: int = 21) -> tuple[float, float]:
-        """Times ``trials`` empty trials (:func:`spin_trial` with a call that queues nothing) and
-        sets, in ms:
+        """Times ``trials`` empty trials (:func:`spin_trial` with a call that queues nothing).
+        Returns, in ms:
 
         * ``baseline_ms``: the median marker offset (:meth:`marker_offset_ms`), the constant
           part of it (the main spin's start after the marker, the cross-stream wait);
@@ -160,7 +160,6 @@ class DeviceSpin:
 
         Runs at set-up (:meth:`get`), before any candidate is loaded. Launches the spin, so a
         spin that cannot run fails here and not in a candidate's timing.
-        Returns (baseline_ms, done_gap_ms).
         Raises: RuntimeError (CUDA's) if the spin cannot be launched."""
         with torch.cuda.device(self.device):
             start, end, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -171,9 +170,7 @@ class DeviceSpin:
                     lambda: None)
                 offsets.append(offset_ms)
                 gaps.append(done_ms - event_ms)
-        self.baseline_ms = statistics.median(offsets)
-        self.done_gap_ms = statistics.median(gaps)
-        return self.baseline_ms, self.done_gap_ms
+        return statistics.median(offsets), statistics.median(gaps)
 
     def deviation_ms(self, offset_ms: float) -> float:
         """|``offset_ms`` (:meth:`marker_offset_ms`) - calibrated baseline| in ms: how far the

@@ -33,7 +33,7 @@ from loguru import logger
 from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import FlopCounterMode
 
-from evokernel.baselines import write_json_atomic
+from evokernel.jsonfile import write_json_atomic
 
 #: Sizes of the peak measurements: copy 1 GiB -> 1 GiB (2 GiB of traffic), matmul 8192^3.
 COPY_BYTES = 2**30
@@ -242,7 +242,7 @@ def measure_peaks(device: torch.device | int | str, cache_dir: Path, *,
         except (OSError, ValueError, KeyError, TypeError) as e:
             logger.warning("{}: unreadable ({}); measuring again", path, e)
     peaks = (measure_fn or measure_device_peaks)(device)
-    write_json_atomic(path, peaks.to_dict())
+    write_json_atomic(path, peaks.to_dict(), sort_keys=True)
     logger.info("measured peaks of {}: {}", name, peaks)
     return peaks
 

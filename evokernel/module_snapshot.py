@@ -114,10 +114,9 @@ class ModuleSnapshot:
         if id(fn) in self._seen:          # the same function imported into several modules
             return
         self._seen.add(id(fn))
-        for attr in ("__code__", "__defaults__", "__closure__"):
+        for attr in ("__code__", "__defaults__"):     # __closure__ is read-only; its cells below
             self._add(f"{label}.{attr}", lambda a=attr: getattr(fn, a),
-                      lambda a=attr, v=getattr(fn, attr): setattr(fn, a, v)
-                      if a != "__closure__" else None, getattr(fn, attr))
+                      lambda a=attr, v=getattr(fn, attr): setattr(fn, a, v), getattr(fn, attr))
         kw = dict(fn.__kwdefaults__) if fn.__kwdefaults__ is not None else None
         self._add(f"{label}.__kwdefaults__",
                   lambda: dict(fn.__kwdefaults__) if fn.__kwdefaults__ is not None else None,

@@ -3,12 +3,12 @@ Markdown table printed last."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from evokernel.bench.plan import (FAULTS_EVIDENCE, FAULTS_TEST, MAX_DO_BENCH_DISAGREEMENT,
                                   MAX_SPEEDUP_SPREAD, THROUGHPUT_PHASES, TRIAL_OVERHEAD_MS)
+from evokernel.jsonfile import write_json_atomic
 
 
 def _f(x: float | None, spec: str = ".1f") -> str:
@@ -189,8 +189,5 @@ def _load_report(results_dir: Path, name: str) -> dict[str, Any] | None:
 
 
 def _write(results_dir: Path, name: str, data: Mapping[str, Any], markdown: str) -> None:
-    results_dir.mkdir(parents=True, exist_ok=True)
-    tmp = results_dir / f"bench_{name}.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, results_dir / f"bench_{name}.json")
+    write_json_atomic(results_dir / f"bench_{name}.json", data)
     (results_dir / f"bench_{name}.md").write_text(markdown)
