@@ -13,8 +13,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Evolution": "evokernel.search", "RunResult": "evokernel.search",
-    "GenerationStats": "evokernel.search",
+    "Evolution": "evokernel.search.evolution", "RunResult": "evokernel.search.evolution",
+    "GenerationStats": "evokernel.search.evolution",
     "RunConfig": "evokernel.config", "SearchConfig": "evokernel.config",
     "EvalConfig": "evokernel.config", "GateConfig": "evokernel.config",
     "TimingConfig": "evokernel.config", "LLMConfig": "evokernel.config",
@@ -22,8 +22,8 @@ _EXPORTS = {
     "Reason": "evokernel.records", "Verdict": "evokernel.records",
     "Problem": "evokernel.problem", "load_problem": "evokernel.problem",
     "load_problems": "evokernel.problem",
-    "RunStore": "evokernel.store",
-    "CudaEvaluator": "evokernel.evaluator",
+    "RunStore": "evokernel.runs.store",
+    "CudaEvaluator": "evokernel.engine.evaluator",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,5 +1,5 @@
 import sys
 
-from evokernel.cli import main
+from evokernel.cli.main import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 """Run configuration: nested frozen dataclasses, saved as ``config.json`` in every run directory.
 
 The search config uses evokernel's names (population_size, offspring_per_generation, ...); they
-are translated to DEAP's ``mu``/``lambda_`` only at the call into DEAP (evokernel.search).
+are translated to DEAP's ``mu``/``lambda_`` only at the call into DEAP (evokernel.search.evolution).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from loguru import logger
 
 from evokernel.errors import ConfigError
 
-#: Input distributions the gate knows (evokernel.distributions).
+#: Input distributions the gate knows (evokernel.gate.distributions).
 KNOWN_DISTRIBUTIONS = ("problem", "offset", "large_scale", "small_scale", "heavy_tailed")
 
 
@@ -37,7 +37,7 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class GateConfig:
-    """The precision gate (evokernel.gate) and the anti-cheat checks around it (evokernel.worker).
+    """The precision gate (evokernel.gate.judge) and the anti-cheat checks around it (evokernel.engine.worker).
 
     tolerance_factor: a candidate's norm-wise and max element-wise errors against the float64
         truth must each be at most this many times PyTorch's own strict-FP32 error on the same
@@ -54,14 +54,14 @@ class GateConfig:
         matmul 256 (norm) / 96.8 (max); DESIGN.md quotes TF32 at K=4096 ~258x; an FP16 hi/lo
         split is expected near 1 on N(0, 1) and ~40-90 on small_scale (CPU emulation), which
         may set P. Do not change 16 without that data.
-    distributions: input distributions to check (evokernel.distributions); a problem may narrow
+    distributions: input distributions to check (evokernel.gate.distributions); a problem may narrow
         them with a module-level ``DISTRIBUTIONS`` tuple.
     seeds: random seeds; every (distribution, seed) pair gets fresh draws.
     accumulation_error: "reject" (default) or "accept" candidates whose only fault is a larger
         FP32 rounding error than PyTorch's (a worse summation order, no lower precision).
     reference_fallback: "reject" (default) or "flag". The worker profiles one call of a candidate
         that passed the gate: a candidate that launches the reference's own library kernel for
-        the main work (cuBLAS/cuDNN/ATen: evokernel.fallback), directly or through a try/except
+        the main work (cuBLAS/cuDNN/ATen: evokernel.gate.fallback), directly or through a try/except
         fallback, is rejected as REFERENCE_FALLBACK, and one that launches no kernel of its own
         as NO_KERNEL_LAUNCHED. With "flag" both are accepted and carry a flag instead.
     perturb_constant_parameters: give the reference's constant floating-point parameters (e.g.
@@ -97,7 +97,7 @@ class GateConfig:
 
 
 #: TimingConfig.hide_host_ms's cap (ms): the host's own work and copies on other streams can
-#: overlap the spin, so it stays short (evokernel.device_spin).
+#: overlap the spin, so it stays short (evokernel.timing.spin).
 MAX_HIDE_HOST_MS = 2.0
 #: TimingConfig.hide_host_ms's default (ms): covers the host time of the seed kernels' calls and
 #: their references, up to 0.06 ms on an H200 (results/h200-2026-11-30-s3), many times over.
@@ -106,7 +106,7 @@ DEFAULT_HIDE_HOST_MS = 1.0
 
 @dataclass(frozen=True)
 class TimingConfig:
-    """Timing (evokernel.timing): warm-up and repeat are time budgets, as in triton.testing.
+    """Timing (evokernel.timing.interleaved): warm-up and repeat are time budgets, as in triton.testing.
 
     Trials are added in rounds until the 95% confidence interval of the median is within
     ``target_rel_ci`` of the median, or ``max_trials`` is reached.
@@ -114,7 +114,7 @@ class TimingConfig:
     hide_host_ms: when > 0, each trial queues a spin that fills every SM for this many
         milliseconds before its start event, so up to that much host time of the call
         (Python, dispatch, launches) is not counted, as in ``triton.testing.do_bench``
-        (evokernel.timing, evokernel.device_spin). Default DEFAULT_HIDE_HOST_MS (1 ms).
+        (evokernel.timing.interleaved, evokernel.timing.spin). Default DEFAULT_HIDE_HOST_MS (1 ms).
         0: the device is idle at the start event, and the host time counts. At most
         MAX_HIDE_HOST_MS: host work and copy-engine copies can also hide behind the spin.
     """
@@ -144,11 +144,11 @@ class TimingConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """The evaluation engine (evokernel.evaluator).
+    """The evaluation engine (evokernel.engine.evaluator).
 
     trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
         <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; a failed light build is
-        rebuilt from the source as written; evokernel.build_headers).
+        rebuilt from the source as written; evokernel.build.headers).
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
@@ -178,7 +178,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class LLMConfig:
-    """LLM access through litellm (evokernel.llm). ``model=None`` means no LLM: the search uses
+    """LLM access through litellm (evokernel.llm.client). ``model=None`` means no LLM: the search uses
     the LLM-free operators only. API keys come from the provider's usual environment variables
     (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...), never from this config, so they are not saved."""
 
@@ -214,7 +214,7 @@ class LLMConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """The (mu + lambda) loop (evokernel.search).
+    """The (mu + lambda) loop (evokernel.search.evolution).
 
     population_size is DEAP's mu, offspring_per_generation its lambda_; crossover_prob and
     mutation_prob are cxpb and mutpb (the rest of the offspring slots are re-evaluations of

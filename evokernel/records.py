@@ -82,7 +82,7 @@ class Reason(str, Enum):
     NON_FINITE = "non_finite"                # NaN/Inf where the truth is finite
     CONSTANT_OUTPUT = "constant_output"      # constant where the truth is not
     PARTIAL_OUTPUT = "partial_output"        # right on some slices, unwritten or wrong on others
-    # Precision (see evokernel.gate).
+    # Precision (see evokernel.gate.judge).
     LOWER_PRECISION = "lower_precision"      # output matches a TF32/FP16/BF16-input truth
     ACCUMULATION_ERROR = "accumulation_error"
     UNSTABLE_DISTRIBUTION = "unstable_distribution"
@@ -106,7 +106,7 @@ class ErrorCheck:
 
     ``*_norm_error`` is ||x - t||_2 / ||t||_2; ``*_max_error`` is max |x - t| (absolute, in the
     output's units). ``reference_*`` is PyTorch's own strict-FP32 (TF32 off) error on the same
-    inputs; the ratios divide the candidate's error by it (with a floor, see evokernel.gate).
+    inputs; the ratios divide the candidate's error by it (with a floor, see evokernel.gate.judge).
     """
 
     distribution: str
@@ -125,8 +125,8 @@ class EvalResult:
     """The verdict on one candidate, with the numbers behind it.
 
     Times are medians in milliseconds of interleaved trials with an L2 flush before each
-    (evokernel.timing). ``reference_ms`` is PyTorch eager with TF32 off, ``compile_ms`` is
-    ``torch.compile`` (default mode), ``floor_ms`` the physical floor (evokernel.floor).
+    (evokernel.timing.interleaved). ``reference_ms`` is PyTorch eager with TF32 off, ``compile_ms`` is
+    ``torch.compile`` (default mode), ``floor_ms`` the physical floor (evokernel.timing.floor).
     Error ratios are the worst over all checks; ``tolerance_factor`` is the bound they must meet.
     ``eval_s`` is the wall seconds the GPU worker spent on the candidate (load, gate, anti-cheat
     checks, timing); ``time_s`` the part of it in the timing loop (reference and candidate

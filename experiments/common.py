@@ -1,10 +1,10 @@
 """What the experiment scripts share: command-line options for the LLM and the evaluator, and
 building the LLM client and evaluator of one search from them.
 
-``--mock`` answers with experiments/scripted_llm.py through litellm's ``mock_response`` (no
+``--mock`` answers with evokernel/demo/scripted_llm.py through litellm's ``mock_response`` (no
 provider, no network); ``--mock-server`` serves the same replies from the fake OpenAI-compatible
-server of tests/fake_openai.py on 127.0.0.1, reached through litellm's real HTTP path;
-``--evaluator fake`` judges with experiments/fake_evaluator.py (no GPU; its numbers are not
+server of evokernel/demo/fake_server.py on 127.0.0.1, reached through litellm's real HTTP path;
+``--evaluator fake`` judges with evokernel/demo/fake_evaluator.py (no GPU; its numbers are not
 measurements). They exist so the scripts' logic can be tested in CI, and so the whole pipeline
 can be checked on a GPU without a provider.
 """
@@ -19,19 +19,16 @@ from typing import Any, Iterator
 
 from loguru import logger
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fake_evaluator import FakeEvaluator  # noqa: E402
-from scripted_llm import scripted_reply  # noqa: E402
+from evokernel.demo.fake_evaluator import FakeEvaluator  # noqa: E402
+from evokernel.demo.scripted_llm import scripted_reply  # noqa: E402
 
 from evokernel.config import LLMConfig  # noqa: E402
 from evokernel.problem import Problem  # noqa: E402
-from evokernel.store import RunStore  # noqa: E402
+from evokernel.runs.store import RunStore  # noqa: E402
 
 MOCK_MODEL = "openai/scripted-mock"
 #: The fake server speaks the OpenAI API; litellm's hosted_vllm provider reaches it with no key.
 SERVER_MODEL = "hosted_vllm/scripted-server"
-TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
 def add_llm_and_evaluator_args(ap: argparse.ArgumentParser) -> None:
@@ -40,10 +37,10 @@ def add_llm_and_evaluator_args(ap: argparse.ArgumentParser) -> None:
                     "ollama/qwen2.5-coder); API keys come from the provider's usual variables")
     ap.add_argument("--api-base", help="endpoint for local vLLM / Ollama / proxies")
     ap.add_argument("--mock", action="store_true",
-                    help="use the scripted LLM (experiments/scripted_llm.py) instead of a model")
+                    help="use the scripted LLM (evokernel/demo/scripted_llm.py) instead of a model")
     ap.add_argument("--mock-server", action="store_true",
                     help="serve the scripted LLM from a local fake OpenAI-compatible server "
-                         "(tests/fake_openai.py, 127.0.0.1) through litellm's HTTP path")
+                         "(evokernel/demo/fake_server.py, 127.0.0.1) through litellm's HTTP path")
     ap.add_argument("--evaluator", choices=("cuda", "fake"), default="cuda",
                     help="cuda: build, gate and time on the GPU (default); fake: a cheap "
                          "deterministic stand-in without a GPU, to test the script")
@@ -63,8 +60,7 @@ def llm_server(args: argparse.Namespace) -> Iterator[Any]:
     if not getattr(args, "mock_server", False):
         yield None
         return
-    sys.path.insert(0, str(TESTS))
-    from fake_openai import FakeOpenAI
+    from evokernel.demo.fake_server import FakeOpenAI
     with FakeOpenAI(reply=lambda request: scripted_reply(request["messages"])) as server:
         args.model, args.api_base = SERVER_MODEL, server.api_base
         yield server
@@ -93,7 +89,7 @@ def llm_client(args: argparse.Namespace, config: LLMConfig, run_dir: Path) -> An
     mock_server = getattr(args, "mock_server", False)
     if not (args.mock or mock_server):
         return None
-    from evokernel.llm import LLMClient
+    from evokernel.llm.client import LLMClient
     spent = None
     if resuming(run_dir):
         store = RunStore(run_dir)

@@ -24,7 +24,7 @@ class DoubleTunables:
     name = "double"
 
     def __call__(self, parent: Candidate, ctx: SearchContext) -> list[Candidate]:
-        from evokernel.tunables import find_tunables, set_tunables
+        from evokernel.operators.tunables import find_tunables, set_tunables
         changes = {t.name: str(2 * int(t.value)) for t in find_tunables(parent.source)
                    if re.fullmatch(r"\d+", t.value) and str(2 * int(t.value)) in t.choices}
         if not changes:

@@ -147,9 +147,9 @@ def evaluate(fixtures: list[Fixture], config: Any, out: Path, prebuild: bool = T
 
     import torch
 
-    from evokernel.build import Builder, device_arch
-    from evokernel.evaluator import CudaEvaluator
-    from evokernel.floor import measure_peaks
+    from evokernel.build.builder import Builder, device_arch
+    from evokernel.engine.evaluator import CudaEvaluator
+    from evokernel.timing.floor import measure_peaks
     from evokernel.problem import load_problem
     from evokernel.records import Candidate
 

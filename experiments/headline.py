@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
 from evokernel.config import EvalConfig, RunConfig, SearchConfig  # noqa: E402
 from evokernel.problem import load_problem  # noqa: E402
-from evokernel.search import Evolution  # noqa: E402
-from evokernel.store import RunStore  # noqa: E402
+from evokernel.search.evolution import Evolution  # noqa: E402
+from evokernel.runs.store import RunStore  # noqa: E402
 
 HEADLINE = ("softmax", "layernorm", "matmul", "conv2d", "conv2d_relu_maxpool")
 

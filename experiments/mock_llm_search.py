@@ -10,13 +10,12 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from scripted_llm import scripted_reply  # noqa: E402
+from evokernel.demo.scripted_llm import scripted_reply  # noqa: E402
 
 from evokernel import Evolution, LLMConfig, RunConfig, SearchConfig, load_problem  # noqa: E402
-from evokernel.llm import LLMClient  # noqa: E402
-from evokernel.store import RunStore  # noqa: E402
+from evokernel.llm.client import LLMClient  # noqa: E402
+from evokernel.runs.store import RunStore  # noqa: E402
 
 
 def main() -> None:

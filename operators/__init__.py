@@ -1,6 +1,6 @@
 """Variation operators: they take parents and return candidates, never build or time anything.
 
-Importing this package does not import litellm (evokernel.llm imports it only when a call is
+Importing this package does not import litellm (evokernel.llm.client imports it only when a call is
 made).
 """
 from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,

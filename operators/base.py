@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_chec
 from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult
 
-if TYPE_CHECKING:  # evokernel.llm imports litellm; only its type is needed here
-    from evokernel.llm import LLMClient
+if TYPE_CHECKING:  # evokernel.llm.client imports litellm; only its type is needed here
+    from evokernel.llm.client import LLMClient
 
 
 @dataclass(frozen=True)

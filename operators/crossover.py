@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from evokernel.prompts import crossover_prompt
+from evokernel.operators.prompts import crossover_prompt
 from evokernel.records import Candidate
 from evokernel.operators.base import SearchContext
 from evokernel.operators.idea import Request, plan_samples, write_children

@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 from loguru import logger
 
 from evokernel.errors import LLMError
-from evokernel.parsing import extract_code, extract_summary, parse_ideas
-from evokernel.prompts import ideas_prompt, implement_prompt
+from evokernel.operators.parsing import extract_code, extract_summary, parse_ideas
+from evokernel.operators.prompts import ideas_prompt, implement_prompt
 from evokernel.records import Candidate
 from evokernel.operators.base import SearchContext
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from loguru import logger
 
 from evokernel.problem import Problem
-from evokernel.prompts import port_prompt
+from evokernel.operators.prompts import port_prompt
 from evokernel.records import Candidate
 from evokernel.operators.base import SearchContext
 from evokernel.operators.idea import Request, plan_samples, write_children

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from evokernel.prompts import repair_prompt
+from evokernel.operators.prompts import repair_prompt
 from evokernel.records import Candidate, EvalResult
 from evokernel.operators.base import SearchContext
 from evokernel.operators.idea import Request, plan_samples, write_children

@@ -1,10 +1,10 @@
-"""The LLM-free tune operator: varies the constants marked ``// tune:`` (evokernel.tunables)."""
+"""The LLM-free tune operator: varies the constants marked ``// tune:`` (evokernel.operators.tunables)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from evokernel.records import Candidate
-from evokernel.tunables import find_tunables, set_tunables
+from evokernel.operators.tunables import find_tunables, set_tunables
 from evokernel.operators.base import SearchContext
 
 

@@ -15,8 +15,8 @@
 #          against the fake OpenAI-compatible server, scripted CUDA), 3 generations
 #   gate-report: experiments/gate_report.py, every cheat and legitimate fixture in tests/kernels/
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
-#          (tests/test_gpu_gate_fixtures.py, the same run), so run it on its own:
-#          python3 -m pytest -q -m gpu tests/test_gpu_gate_fixtures.py
+#          (tests/gate/test_gpu_gate_fixtures.py, the same run), so run it on its own:
+#          python3 -m pytest -q -m gpu tests/gate/test_gpu_gate_fixtures.py
 #          GATE_ARGS adds flags, e.g. GATE_ARGS="--hide-host-ms 0" (timing.hide_host_ms; default 1)
 #   bench: the engine benchmarks (evokernel.bench: throughput cold/warm/sequential, fidelity vs
 #          triton do_bench), sized to what is left of a 10-minute call (CALL_LIMIT, default 590 s,
@@ -115,7 +115,7 @@ for s in ${stage//,/ }; do
                 python3 scripts/prebuild.py --cache "/tmp/evokernel-ab-$h" $([ $h = full ] && echo --full-headers) \
                   $PREBUILD_FILES | tee "$R/prebuild_$h.txt" | tail -1
               done ;;
-    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 \
+    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 \
                  | tee "$R/gpu_tests.txt" | tail -25 ;;
     checks) check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
             check conv2d; check conv2d_relu_maxpool ;;
@@ -131,7 +131,7 @@ for s in ${stage//,/ }; do
                   | tee "$R/hide_host_check.md" ;;
     validate) python3 scripts/prebuild.py $PREBUILD_FILES \
                 | tee "$R/prebuild.txt"
-              python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
+              python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
               check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
               check conv2d; check conv2d_relu_maxpool ;;
     all) "$0" validate "$R"; search softmax; search layernorm; mock ;;

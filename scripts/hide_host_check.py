@@ -8,7 +8,7 @@ import time
 import torch
 
 from evokernel.config import TimingConfig
-from evokernel.timing import side_stream_suspect, time_interleaved
+from evokernel.timing.interleaved import side_stream_suspect, time_interleaved
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     calls = {"gemm 4096": lambda i: a @ a, "copy 1 GiB": lambda i: big * 2.0,
              "tiny": lambda i: tiny + 1, "gemm + 0.3 ms host": slow_host,
              "gemm on a side stream": on_side, "gemm on a top-priority side stream": on_urgent}
-    from evokernel.device_spin import DeviceSpin
+    from evokernel.timing.spin import DeviceSpin
     spin = DeviceSpin.get(dev, 1.0)
     print(f"spin: {spin.blocks} blocks x {spin.threads} threads; calibrated marker offset "
           f"{spin.baseline_ms:.4f} ms, done gap {spin.done_gap_ms:.4f} ms\n")

@@ -4,13 +4,13 @@ into its compile steps (from ninja's own log: the .cu file, the generated main.c
     python scripts/prebuild.py [--full-headers] [--cache DIR] KERNEL.py [KERNEL.py ...]
 
 --full-headers builds the sources as written (EvalConfig.trim_headers=False; see
-evokernel.build_headers), --cache DIR into another cache (e.g. a fresh one for a cold A/B).
+evokernel.build.headers), --cache DIR into another cache (e.g. a fresh one for a cold A/B).
 """
 import argparse
 import time
 from pathlib import Path
 
-from evokernel.build import Builder, device_arch
+from evokernel.build.builder import Builder, device_arch
 from evokernel.config import EvalConfig
 from evokernel.records import Candidate
 

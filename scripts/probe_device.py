@@ -60,7 +60,7 @@ def load(nprocs: int) -> None:
     section("load")
     import torch
     sys.path.insert(0, os.getcwd())
-    from evokernel.device_spin import DeviceSpin, spin_trial
+    from evokernel.timing.spin import DeviceSpin, spin_trial
     dev = torch.device("cuda", 0)
     spin = DeviceSpin.get(dev, 1.0)
     print(f"calibrated at set-up: baseline {spin.baseline_ms:.4f} ms, done gap "

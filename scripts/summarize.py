@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from evokernel.store import RunStore
+from evokernel.runs.store import RunStore
 
 
 def fmt(x, spec=".4f"):

@@ -26,12 +26,12 @@
 2. **Fidelity.** Each headline problem's seed kernel is re-measured in ``--fidelity-runs``
    separate evaluators (separate worker processes); the speedup's spread (max / min - 1) must be
    <= 2%. A separate process then loads the same kernel module from the warm cache
-   (``evokernel.build.load_candidate``) and the reference, and times both with
+   (``evokernel.build.builder.load_candidate``) and the reference, and times both with
    ``triton.testing.do_bench`` (its own L2 flush, warm-up and rep budgets, return_mode="median",
    interleaved rounds); the median speedup of the runs must agree with it within 3%. The same
    process also times them with evokernel's own method, which tells a method difference from a
    process-to-process one.
-3. **Faults** are ``tests/test_gpu_faults.py`` (``gpu``-marked; passes on the H200,
+3. **Faults** are ``tests/engine/test_gpu_faults.py`` (``gpu``-marked; passes on the H200,
    ``plan.FAULTS_EVIDENCE``); the report references it, and ``--phases faults``
    runs it.
 

@@ -87,7 +87,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phases", type=_phases_arg, default=DEFAULT_PHASES,
                    help="comma-separated: cold, warm, fidelity, sequential, faults, or all; "
                         "they run in that order (default: cold,warm,fidelity,sequential; "
-                        "faults is tests/test_gpu_faults.py)")
+                        "faults is tests/engine/test_gpu_faults.py)")
     p.add_argument("--throughput", type=_throughput_arg, default=DEFAULT_THROUGHPUT,
                    metavar="P=N,...", help="tune variants per problem for the throughput phases "
                    "(default: layernorm=16,conv2d_relu_maxpool=8,matmul=8: 32 candidates)")

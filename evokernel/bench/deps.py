@@ -29,7 +29,7 @@ class BenchDeps:
     make_evaluator(problem, config): an Evaluator (CudaEvaluator on a GPU); must have
         ``evaluate(candidates)``, ``close()`` and ``info``.
     prebuild(candidates, config): build into config's cache; returns objects with ``ok``,
-        ``build_s`` and ``cache_hit`` (evokernel.build.BuildResult).
+        ``build_s`` and ``cache_hit`` (evokernel.build.builder.BuildResult).
     do_bench(spec): the do_bench process's dict ({"problems": {name: {...}}} or {"error"}).
     prepare_cache(path): make an empty cache folder usable (device peaks copied or measured).
     run_faults(log_path): run the fault test; returns {"returncode", "tail"}.

@@ -210,7 +210,7 @@ def run_do_bench_process(spec: dict[str, Any], results_dir: Path,
                          timeout_s: float = 300.0) -> dict[str, Any]:
     """Run :func:`do_bench_main` in a fresh Python process (environment without credentials:
     it runs the kernels' module code). Returns its JSON, or {"error": ...}."""
-    from evokernel.build import worker_env
+    from evokernel.build.builder import worker_env
     results_dir.mkdir(parents=True, exist_ok=True)
     spec_path, out_path = results_dir / "do_bench_spec.json", results_dir / "do_bench_out.json"
     log_path = results_dir / "do_bench.log"
@@ -244,7 +244,7 @@ def measure_do_bench(problem: Mapping[str, str], *, cache_dir: Path, arch: str, 
     * with ``bench`` (triton.testing.do_bench): ``rounds`` rounds of reference then candidate on
       set 0, each call ``bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")``; the
       median over rounds is kept;
-    * with evokernel.timing.time_interleaved (the worker's method, rotating the 3 sets), with
+    * with evokernel.timing.interleaved.time_interleaved (the worker's method, rotating the 3 sets), with
       ``timing``;
     * on CUDA, with the same loop and ``hide_host_ms = 0``, the host time of each call counted
       (the "visible" keys), when ``timing`` hides it: the size of what hiding changes.
@@ -259,11 +259,11 @@ def measure_do_bench(problem: Mapping[str, str], *, cache_dir: Path, arch: str, 
     """
     import torch
 
-    from evokernel.distributions import draw_inputs
-    from evokernel.extension_cache import load_candidate
-    from evokernel.gate import align_parameters, strict_fp32
+    from evokernel.gate.distributions import draw_inputs
+    from evokernel.build.cache import load_candidate
+    from evokernel.gate.judge import align_parameters, strict_fp32
     from evokernel.problem import exec_module
-    from evokernel.timing import time_interleaved
+    from evokernel.timing.interleaved import time_interleaved
     name = problem["name"]
     mod = exec_module(problem["source"], f"bench_problem_{name}", problem["path"])
     cand_mod = load_candidate(problem["seed_source"], f"bench_seed_{name}", Path(cache_dir), arch)
@@ -314,8 +314,8 @@ def do_bench_main(spec_path: str, out_path: str) -> int:
 
     import torch
 
-    from evokernel.build import device_arch
-    from evokernel.timing import L2Flusher
+    from evokernel.build.builder import device_arch
+    from evokernel.timing.interleaved import L2Flusher
     spec = json.loads(Path(spec_path).read_text())
     out: dict[str, Any] = {"versions": {"torch": torch.__version__}, "problems": {}}
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
 from evokernel.records import Candidate
-from evokernel.tunables import Tunable, find_tunables, set_tunables
+from evokernel.operators.tunables import Tunable, find_tunables, set_tunables
 
 PHASES = ("cold", "warm", "fidelity", "sequential", "faults")
 #: The phases that measure the throughput set (the tune variants of ``BenchPlan.throughput``).
@@ -30,7 +30,7 @@ MAX_DO_BENCH_DISAGREEMENT = 0.03
 #: Per function and trial, besides the function itself: L2 flush (120 MB on an H200, ~0.03 ms),
 #: two device synchronizes and two event records. Used only by the gate/time estimate.
 TRIAL_OVERHEAD_MS = 0.1
-FAULTS_TEST = "tests/test_gpu_faults.py"
+FAULTS_TEST = "tests/engine/test_gpu_faults.py"
 #: Its latest passing H200 run, run among all gpu-marked tests by scripts/gpu_check.sh.
 FAULTS_EVIDENCE = "results/h200-2026-11-30-s2/gpu_tests.txt"
 
@@ -244,7 +244,7 @@ class CostModel:
     close_s: closing a group of evaluators at once (their workers exit).
     do_bench_start_s, do_bench_problem_s: the do_bench process (torch + triton import, CUDA) and
         each problem in it (cache-hit load, inputs, do_bench rounds, evokernel's timing).
-    faults_s: tests/test_gpu_faults.py (56 s with warm builds, ~190 s cold with the 30 s hang).
+    faults_s: tests/engine/test_gpu_faults.py (56 s with warm builds, ~190 s cold with the 30 s hang).
     """
 
     build_single_s: float = 31.0

@@ -28,7 +28,7 @@ NO_GPU_MESSAGE = (
     "evokernel bench: measuring the evaluation engine needs a CUDA GPU, and PyTorch sees none "
     "here.\n  It builds, gates and times kernels on the GPU (an H200 with 16 cores is what its "
     "time estimate assumes).\n  Without a GPU: `evokernel bench --dry-run` prints the plan and "
-    "its time estimate;\n  `make test` runs the CPU tests (tests/test_bench.py covers the "
+    "its time estimate;\n  `make test` runs the CPU tests (tests/bench/test_bench.py covers the "
     "bench's logic with fakes).")
 
 
@@ -162,7 +162,7 @@ def _ensure_peaks(cache_dir: Path, *sources: Path) -> None:
     concurrently (which would read low)."""
     import torch
 
-    from evokernel import floor
+    from evokernel.timing import floor
     from evokernel.config import default_cache_dir
     name = torch.cuda.get_device_name(0)
     dst = floor.peaks_path(cache_dir, name, torch.__version__)
@@ -183,8 +183,8 @@ def cuda_deps(plan: BenchPlan) -> BenchDeps:
     import torch
     if not torch.cuda.is_available():
         raise NoGPUError(NO_GPU_MESSAGE)
-    from evokernel.build import Builder, device_arch
-    from evokernel.evaluator import CudaEvaluator
+    from evokernel.build.builder import Builder, device_arch
+    from evokernel.engine.evaluator import CudaEvaluator
     results_dir = Path(plan.results_dir)
     cold = Path(plan.work_dir) / "cold"
 

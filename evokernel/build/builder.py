@@ -1,0 +1,259 @@
+"""Builds candidates' CUDA extensions: in parallel, cached, time-limited, in throwaway processes.
+
+``Builder`` runs each candidate's import in a subprocess of its own session
+(``evokernel.build.entry``) and on timeout kills the whole session (ninja, nvcc, cicc, ptxas).
+Inside that subprocess every ``load_inline(...)`` call goes through the build cache of
+evokernel.build.cache (arch-flag rewriting, cache keys, per-key build folders, trimmed
+headers); ``load_candidate`` there runs a candidate in the GPU worker with the same patch, so it
+loads the cache. Those names are re-exported here (``__all__``), so
+``from evokernel.build.builder import load_candidate, MARKER, ...`` keeps working.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from loguru import logger
+
+from evokernel.errors import ConfigError
+from evokernel.build.cache import (_ARCH_RE, MARKER, _arch_digits, cache_key, extension_key,
+                                       load_candidate, patched_load_inline, rewrite_arch_flags,
+                                       toolchain, toolkit_header_fallbacks)
+from evokernel.records import Candidate, Reason
+from evokernel.sandbox import worker_env
+
+# The in-process cache (evokernel.build.cache) and worker_env (evokernel.sandbox) are
+# re-exported, so ``from evokernel.build.builder import load_candidate, worker_env`` keeps working.
+__all__ = ["LOG_TAIL_CHARS", "BuildResult", "Builder", "device_arch", "kill_session",
+           "MARKER", "cache_key", "extension_key", "load_candidate", "patched_load_inline",
+           "rewrite_arch_flags", "toolchain", "toolkit_header_fallbacks", "worker_env"]
+
+LOG_TAIL_CHARS = 4000
+
+
+def device_arch() -> str:
+    """The GPU arch to build for, as "major.minor" (e.g. "9.0" on an H200).
+
+    From the visible GPU when there is one, else the last entry of ``TORCH_CUDA_ARCH_LIST``.
+    Raises: ConfigError if neither is available or the variable's last entry is not "X.Y".
+    """
+    import torch
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if env:
+        last = re.split(r"[;,\s]+", env)[-1].replace("+PTX", "")
+        if _ARCH_RE.match(last):
+            return last
+        raise ConfigError(f"TORCH_CUDA_ARCH_LIST={env!r}: last entry {last!r} is not 'X.Y'")
+    raise ConfigError("no CUDA GPU is visible and TORCH_CUDA_ARCH_LIST is not set, so the GPU "
+                      "arch to build for is unknown; set TORCH_CUDA_ARCH_LIST=9.0 (H200)")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The outcome of building one candidate.
+
+    ok: every ``load_inline`` call compiled and loaded (errors the module raises afterwards,
+        e.g. CUDA calls on a machine without a GPU, do not count; they are in ``log``).
+    reason: Reason.BUILD_ERROR or Reason.BUILD_TIMEOUT when not ok, else None.
+    build_s: wall seconds, subprocess start-up included. cache_hit: nothing had to be compiled.
+    log: the tail (last LOG_TAIL_CHARS characters) of compiler output and tracebacks.
+    build_dirs: the extension folders under ``<cache_dir>/builds``.
+    flags: notes such as "arch: -arch=sm_70 -> sm_90", "no_load_inline",
+        "import_error_after_build: ...", "deferred_build: ...".
+    """
+
+    candidate_id: str
+    ok: bool
+    reason: Reason | None
+    build_s: float
+    cache_hit: bool
+    log: str = ""
+    build_dirs: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+def _tail(text: str) -> str:
+    """The last LOG_TAIL_CHARS characters, with compiler command lines cut to 200 characters."""
+    lines = (ln if len(ln) <= 300 else ln[:200] + " ..." for ln in text.splitlines())
+    return "\n".join(lines)[-LOG_TAIL_CHARS:]
+
+
+class Builder:
+    """Builds candidates in parallel subprocesses, with a cache and a timeout per build.
+
+    Args:
+        cache_dir: root of the cache (``builds/`` per extension, ``candidates/`` per candidate).
+        arch: GPU arch to build for, "9.0" style (see ``device_arch``).
+        timeout_s: wall-clock limit of one build, subprocess start-up included.
+        workers: builds at once (threads, each waiting on one subprocess running ninja with
+            MAX_JOBS=2); None: max(1, cpu_count // 2).
+        trim_headers: build ``cuda_sources`` with a light stand-in for ``#include
+            <torch/extension.h>`` (evokernel.build.headers); a light build that fails is
+            built again from the original source, and its flags say so.
+    Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
+    touch the GPU, so they cannot disturb timings on it.
+    Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
+    """
+
+    def __init__(self, cache_dir: Path, *, arch: str, timeout_s: float,
+                 workers: int | None = None, trim_headers: bool = True):
+        _arch_digits(arch)
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        workers = workers if workers is not None else max(1, (os.cpu_count() or 2) // 2)
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.cache_dir = Path(cache_dir).resolve()
+        self.arch, self.timeout_s, self.workers = arch, float(timeout_s), workers
+        self.trim_headers = trim_headers
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="build")
+
+    def __enter__(self) -> "Builder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Wait for running builds and stop the thread pool."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, candidate: Candidate) -> Future[BuildResult]:
+        """Queue one build. Returns: a future of its BuildResult."""
+        return self._pool.submit(self.build, candidate)
+
+    def build_many(self, candidates: Sequence[Candidate]) -> list[BuildResult]:
+        """Build all candidates, ``workers`` at a time (duplicates once).
+        Returns: results in input order."""
+        futures = {c.id: self.submit(c) for c in dict((c.id, c) for c in candidates).values()}
+        return [futures[c.id].result() for c in candidates]
+
+    def _work_dir(self, candidate: Candidate) -> Path:
+        key = cache_key({"source": candidate.source, "arch": self.arch, **toolchain()})
+        return self.cache_dir / "candidates" / key
+
+    def build(self, candidate: Candidate) -> BuildResult:
+        """Build one candidate (blocking). Never raises for a bad candidate.
+
+        A candidate built before (same source, arch and toolchain, every build folder complete)
+        returns at once with ``cache_hit=True`` and no subprocess.
+        Returns: BuildResult.
+        """
+        t0 = time.perf_counter()
+        try:                                         # no subprocess for a syntax error
+            compile(candidate.source, "candidate.py", "exec")
+        except (SyntaxError, ValueError) as e:
+            log = "".join(traceback.format_exception_only(type(e), e))
+            return BuildResult(candidate.id, False, Reason.BUILD_ERROR,
+                               time.perf_counter() - t0, False, _tail(log))
+        work = self._work_dir(candidate)
+        done = work / "result.json"
+        if done.is_file():
+            r = json.loads(done.read_text())
+            if r["ok"] and all((Path(d) / MARKER).is_file() for d in r["build_dirs"]):
+                return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
+                                   "", tuple(r["build_dirs"]), tuple(r["flags"]))
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
+        timed_out, rc = self._run(work, self.trim_headers)
+        log = (work / "build.log").read_text(errors="replace")
+        retry = []
+        if not timed_out and self.trim_headers and _trimmed_and_failed(done):
+            logger.info(f"candidate {candidate.id}: the build with light headers failed; "
+                        "building the source as written")
+            done.unlink(missing_ok=True)
+            timed_out, rc = self._run(work, False, time.perf_counter() - t0)
+            log = (work / "build.log").read_text(errors="replace")
+            retry = ["headers: built as written (the light-header build failed)"]
+        build_s = time.perf_counter() - t0
+        if timed_out:
+            dirs = re.findall(r"^evokernel: building \S+ in (\S+)", log, re.MULTILINE)
+            log += f"\nevokernel: build timed out after {self.timeout_s:g} s; its processes killed"
+            logger.warning(f"candidate {candidate.id}: build timed out after {build_s:.1f} s")
+            return BuildResult(candidate.id, False, Reason.BUILD_TIMEOUT, build_s, False,
+                               _tail(log), tuple(dirs))
+        try:
+            r = json.loads(done.read_text())
+        except (OSError, ValueError):
+            done.unlink(missing_ok=True)
+            r = {"ok": False, "build_dirs": [], "flags": [], "cache_hit": False}
+            log += f"\nevokernel: build process exited with status {rc} and no result"
+        if not r["ok"]:
+            done.unlink(missing_ok=True)             # never a cache hit for a failure
+        logger.debug(f"candidate {candidate.id}: ok={r['ok']} in {build_s:.1f} s")
+        return BuildResult(candidate.id, r["ok"], None if r["ok"] else Reason.BUILD_ERROR,
+                           build_s, bool(r["ok"] and r["cache_hit"]), _tail(log),
+                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry))
+
+    def _run(self, work: Path, trim: bool, spent_s: float = 0.0) -> tuple[bool, int | None]:
+        """Run the build entry point in a session of its own, with ``timeout_s - spent_s`` left;
+        kill the session when it ends or times out. Returns: (timed_out, exit status)."""
+        env = worker_env()
+        env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
+                   TORCH_CUDA_ARCH_LIST=self.arch,
+                   TORCH_EXTENSIONS_DIR=str(self.cache_dir / "torch_extensions"))
+        cmd = [sys.executable, "-m", "evokernel.build.entry", str(work), str(self.cache_dir),
+               self.arch, "trim" if trim else "full"]
+        with open(work / "build.log", "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
+            except subprocess.TimeoutExpired:
+                return True, None
+            finally:
+                kill_session(proc.pid)               # also strays of a finished build
+                proc.wait()
+
+
+def _trimmed_and_failed(result_file: Path) -> bool:
+    """A build's result.json says it failed with light headers (evokernel.build.headers): any
+    such failure is built again from the source as written, which decides."""
+    try:
+        r = json.loads(result_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return not r.get("ok") and bool(r.get("trimmed"))
+
+
+def kill_session(sid: int, rounds: int = 10) -> int:
+    """SIGKILL every process of session ``sid`` (a process started with
+    ``start_new_session=True`` has sid == its pid). Killing its process group is not enough:
+    ninja starts each compiler in a process group of its own. Reads /proc (Linux).
+    Returns: how many processes were signalled.
+    """
+    killed = 0
+    for _ in range(rounds):                          # again, in case one forked meanwhile
+        found = 0
+        for stat_file in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(stat_file.parent.name), signal.SIGKILL)
+                    found += 1
+        killed += found
+        if not found:
+            break
+        time.sleep(0.01)
+    return killed

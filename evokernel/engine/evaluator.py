@@ -1,0 +1,197 @@
+"""The evaluation engine: candidates in, EvalResults out, in the order given.
+
+    candidate ──> static check (CPU) ──> build (CPU pool, cached) ──> GPU worker: gate, time
+
+Builds run in parallel worker processes; as each finishes, its candidate is queued for the GPU
+worker of a free GPU, so the next builds overlap with gating and timing. Evaluation never raises
+for a bad candidate: every failure is an EvalResult with a named reason.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from loguru import logger
+
+from evokernel.config import EvalConfig, RunConfig
+from evokernel.errors import NoGPUError
+from evokernel.problem import Problem
+from evokernel.records import Candidate, EvalResult, Reason
+
+OnResult = Callable[[EvalResult], None]
+#: ``on_event(kind, candidate_id)``, called from build and GPU threads as a candidate moves on:
+#: "build_started", then "built" or "build_failed"; then "gating" (a GPU worker took it),
+#: "gated" (its verdict is in) and, when accepted, "timed". A worker gates and times in one
+#: call, so "gated" and "timed" arrive together. For progress displays (evokernel.cli.progress).
+OnEvent = Callable[[str, str], None]
+
+
+class Evaluator(Protocol):
+    """What the search needs from an evaluator (tests use a fake one)."""
+
+    info: dict[str, Any]
+
+    def evaluate(self, candidates: Sequence[Candidate],
+                 on_result: OnResult | None = None) -> list[EvalResult]: ...
+
+    def close(self) -> None: ...
+
+
+def static_check(cand: Candidate) -> EvalResult | None:
+    """Reject, without running anything, a source that is not a module defining ModelNew.
+
+    Returns None when the candidate may go on to be built.
+    """
+    try:
+        tree = ast.parse(cand.source)
+    except SyntaxError as e:
+        code_like = "ModelNew" in cand.source and ("import" in cand.source)
+        reason = Reason.BUILD_ERROR if code_like else Reason.NO_CODE
+        return EvalResult.failure(cand.id, reason, f"line {e.lineno}: syntax error: {e.msg}")
+    names = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    names |= {t.id for n in tree.body if isinstance(n, ast.Assign)
+              for t in n.targets if isinstance(t, ast.Name)}
+    if "ModelNew" not in names:
+        return EvalResult.failure(cand.id, Reason.NO_CODE,
+                                  "no ModelNew defined at module level (an LLM reply without "
+                                  "usable code is kept in the store as its text)")
+    return None
+
+
+class CudaEvaluator:
+    """Build, gate and time candidates on this machine's GPUs.
+
+    Args:
+        problem: the reference problem.
+        config: the evaluation config.
+        devices: GPU indices to use (default: every visible GPU, one worker each).
+        log_dir: where worker logs go (default: <cache>/logs).
+    Raises:
+        NoGPUError: no CUDA GPU is visible.
+        ProblemError: the problem could not be set up on the GPU.
+    """
+
+    def __init__(self, problem: Problem, config: EvalConfig, *,
+                 devices: Sequence[int] | None = None, log_dir: Path | None = None):
+        import torch
+
+        from evokernel.build.builder import Builder, device_arch, worker_env
+        from evokernel.engine.handle import WorkerHandle
+
+        if not torch.cuda.is_available():
+            raise NoGPUError(
+                "evaluation needs a CUDA GPU and PyTorch sees none. Gating and timing kernels "
+                "run only on a GPU; on this machine `evokernel --help`, problem loading, and the "
+                "CPU test suite (`make test`) still work.")
+        self.problem, self.config = problem, config
+        self.arch = device_arch()
+        self.builder = Builder(config.cache_path, arch=self.arch,
+                               timeout_s=config.build_timeout_s, workers=config.build_workers,
+                               trim_headers=config.trim_headers)
+        devices = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
+        setup = {"kind": "setup", "arch": self.arch,
+                 "problem": {"name": problem.name, "path": str(problem.path),
+                             "source": problem.source,
+                             "distributions": list(problem.distributions or ())},
+                 "config": RunConfig(evaluation=config).to_dict()}
+        log_dir = log_dir or config.cache_path / "logs"
+        self.workers = [WorkerHandle(setup, env=worker_env(), device_index=d,
+                                     log_path=log_dir / f"worker-{problem.name}-gpu{d}.log",
+                                     setup_timeout_s=max(900.0, config.eval_timeout_s))
+                        for d in devices]
+        self._pool = ThreadPoolExecutor(max_workers=self.builder.workers,
+                                        thread_name_prefix="evokernel-build")
+        # Start the workers (reference truths, baselines, floor) while nothing else runs.
+        infos = list(ThreadPoolExecutor(len(self.workers)).map(lambda w: w.start(), self.workers))
+        self.info: dict[str, Any] = dict(infos[0])
+        self.info["gpus"] = len(self.workers)
+        logger.info("GPU workers ready on {} x {}", len(self.workers), self.info.get("device"))
+
+    def evaluate(self, candidates: Sequence[Candidate], on_result: OnResult | None = None,
+                 on_event: OnEvent | None = None) -> list[EvalResult]:
+        """Evaluate ``candidates``; results come back in the same order.
+
+        ``on_result`` is called (from a worker thread) as each result is ready, so the run store
+        is written as each candidate finishes. ``on_event`` (optional, see OnEvent) reports
+        each candidate's progress; an exception it raises is logged and ignored.
+        """
+        results: dict[str, EvalResult] = {}
+        lock = threading.Lock()
+
+        def emit(kind: str, cid: str) -> None:
+            if on_event is None:
+                return
+            try:
+                on_event(kind, cid)
+            except Exception:  # a display must never cost a result
+                logger.exception("on_event({!r}) failed for {}", kind, cid)
+
+        def done(r: EvalResult) -> None:
+            with lock:
+                results[r.candidate_id] = r
+            if on_result is not None:
+                on_result(r)
+
+        gpu_queue: queue.Queue[tuple[Candidate, Any] | None] = queue.Queue()
+
+        def gpu_loop(worker: Any) -> None:
+            while (item := gpu_queue.get()) is not None:
+                cand, build = item
+                emit("gating", cand.id)
+                r = worker.evaluate(cand, self.config.eval_timeout_s)
+                emit("gated", cand.id)
+                if r.accepted:
+                    emit("timed", cand.id)
+                done(dataclasses.replace(r, build_s=build.build_s,
+                                         flags=tuple(build.flags) + tuple(r.flags)))
+
+        gpu_threads = [threading.Thread(target=gpu_loop, args=(w,), daemon=True,
+                                        name=f"evokernel-gpu{i}")
+                       for i, w in enumerate(self.workers)]
+        for t in gpu_threads:
+            t.start()
+        unique = list({c.id: c for c in candidates}.values())
+
+        def build_one(cand: Candidate) -> Any:
+            emit("build_started", cand.id)
+            return self.builder.build(cand)
+        futures = {}
+        for cand in unique:
+            rejected = static_check(cand)
+            if rejected is not None:
+                done(rejected)
+            else:
+                futures[self._pool.submit(build_one, cand)] = cand
+        for fut in as_completed(futures):
+            cand = futures[fut]
+            try:
+                build = fut.result()
+            except Exception as e:  # a bug in the builder must not lose the candidate
+                logger.exception("builder failed on {}", cand.id)
+                emit("build_failed", cand.id)
+                done(EvalResult.failure(cand.id, Reason.BUILD_ERROR, f"builder error: {e}"))
+                continue
+            emit("built" if build.ok else "build_failed", cand.id)
+            if not build.ok:
+                done(EvalResult.failure(cand.id, build.reason or Reason.BUILD_ERROR,
+                                        "build failed" if build.reason is not Reason.BUILD_TIMEOUT
+                                        else f"build exceeded {self.config.build_timeout_s:.0f} s",
+                                        build_s=build.build_s, log=build.log,
+                                        flags=tuple(build.flags)))
+            else:
+                gpu_queue.put((cand, build))
+        for _ in gpu_threads:
+            gpu_queue.put(None)
+        for t in gpu_threads:
+            t.join()
+        return [results[c.id] for c in candidates]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,215 @@
+"""Parent-side handles on GPU worker processes (evokernel.engine.worker): spawn, timeout, kill, respawn.
+
+One handle per GPU. A candidate that hangs past its timeout, crashes the process, or leaves a
+sticky CUDA error gets the worker killed; the candidate is marked invalid with that reason and the
+next candidate runs in a fresh worker, so it is never blamed. Workers are also recycled after
+``recycle_after`` candidates so that leaked memory cannot accumulate.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from evokernel.engine import protocol
+from evokernel.errors import ProblemError
+from evokernel.records import Candidate, EvalResult, Reason
+
+
+def _log_tail(path: Path, n: int = 3000) -> str:
+    try:
+        data = path.read_bytes()[-n:]
+    except OSError:
+        return ""
+    return data.decode(errors="replace")
+
+
+class WorkerHandle:
+    """A GPU worker process for one problem on one GPU.
+
+    Args:
+        setup: the setup message sent to every (re)spawned worker.
+        env: its environment (no API keys: see evokernel.build.builder.worker_env).
+        log_path: file that receives the worker's stdout/stderr (candidate prints included).
+        device_index: the GPU it owns (CUDA_VISIBLE_DEVICES).
+        setup_timeout_s: how long building the reference (truths, baselines) may take.
+        recycle_after: restart the process after this many candidates.
+        entry: the worker module to run (tests substitute a fake one).
+    """
+
+    def __init__(self, setup: dict[str, Any], *, env: dict[str, str], log_path: Path,
+                 device_index: int = 0, setup_timeout_s: float = 900.0,
+                 recycle_after: int = 50, entry: str = "evokernel.engine.worker"):
+        self.setup_msg = setup
+        self.env = dict(env, CUDA_VISIBLE_DEVICES=str(device_index), PYTHONUNBUFFERED="1")
+        self.log_path = Path(log_path)
+        self.setup_timeout_s = setup_timeout_s
+        self.recycle_after = recycle_after
+        self.entry = entry
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] = {}
+        self.spawns = 0
+        self._done = 0
+        self._send: Connection | None = None
+        self._recv: Connection | None = None
+
+    # -- process life ---------------------------------------------------------------------
+    def start(self) -> dict[str, Any]:
+        """Spawn the worker and wait until its reference is ready; returns its info dict.
+
+        Raises:
+            ProblemError: the problem failed to set up (its message holds the worker's error).
+        """
+        self.kill()
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", self.entry, str(to_child_r), str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w), env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._send = Connection(to_child_w, readable=False)
+        self._recv = Connection(from_child_r, writable=False)
+        self.spawns += 1
+        self._done = 0
+        protocol.send(self._send, self.setup_msg)
+        msg = self._wait(self.setup_timeout_s)
+        if msg is None or msg.get("kind") != "ready":
+            why = (msg or {}).get("error") or self._death_note("during set-up")
+            self.kill()
+            raise ProblemError(f"{self.setup_msg['problem']['path']}: the GPU worker could not "
+                               f"set up the problem:\n{why}")
+        self.info = msg["info"]
+        if self.info.get("compile_ms") is not None:   # reused by respawned workers
+            self.setup_msg["problem"]["compile_ms"] = self.info["compile_ms"]
+        return self.info
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill the worker's whole process group (compilers it started included)."""
+        for conn in (self._send, self._recv):
+            if conn is not None:
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+        self._send = self._recv = None
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        """Ask the worker to stop; kill it if it does not within 10 s."""
+        if self.alive() and self._send is not None:
+            try:
+                protocol.send(self._send, {"kind": "stop"})
+                self.proc.wait(timeout=10)  # type: ignore[union-attr]
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    # -- evaluation -----------------------------------------------------------------------
+    def evaluate(self, cand: Candidate, timeout_s: float) -> EvalResult:
+        """Gate and time one candidate in the worker. Never raises for a bad candidate.
+
+        Raises:
+            ProblemError: a respawned worker could not set the problem up again.
+        """
+        if not self.alive() or self._done >= self.recycle_after:
+            if self.alive():
+                logger.debug("recycling GPU worker after {} candidates", self._done)
+            self.start()
+        assert self._send is not None
+        t0 = time.perf_counter()
+        try:
+            protocol.send(self._send, {"kind": "eval", "candidate": cand.to_dict()})
+        except OSError:
+            return self._dead(cand, "the worker was gone before the candidate was sent")
+        msg = self._wait(timeout_s)
+        self._done += 1
+        if msg is None:
+            timed_out = time.perf_counter() - t0 >= timeout_s
+            if timed_out and self.alive():
+                self.kill()
+                return EvalResult.failure(
+                    cand.id, Reason.TIMEOUT,
+                    f"no answer after {timeout_s:.0f} s (hang or endless loop); worker killed",
+                    eval_s=time.perf_counter() - t0, log=_log_tail(self.log_path))
+            return self._dead(cand, "the worker process died")
+        try:
+            result = EvalResult.from_dict(msg["result"])
+        except (KeyError, TypeError, ValueError) as e:
+            self.kill()
+            return EvalResult.failure(cand.id, Reason.WORKER_CRASH,
+                                      f"the worker sent a malformed result ({e}); worker killed")
+        if result.candidate_id != cand.id:
+            self.kill()
+            return EvalResult.failure(
+                cand.id, Reason.WORKER_CRASH, f"the worker answered for candidate "
+                f"{result.candidate_id!r} while evaluating {cand.id}; worker killed")
+        if msg.get("fatal"):
+            try:
+                self.proc.wait(timeout=10)  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill()
+        return result
+
+    def _dead(self, cand: Candidate, what: str) -> EvalResult:
+        note = self._death_note("while evaluating")
+        self.kill()
+        return EvalResult.failure(cand.id, Reason.WORKER_CRASH, f"{what}: {note}",
+                                  log=_log_tail(self.log_path))
+
+    def _death_note(self, when: str) -> str:
+        if self.proc is None:
+            return "not started"
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return f"stopped answering {when}"
+        if rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = str(-rc)
+            return f"killed by signal {name} {when}"
+        return f"exited with status {rc} {when}"
+
+    def _wait(self, timeout_s: float) -> dict[str, Any] | None:
+        """The worker's next message, or None on timeout or death (its pipe closed; the process
+        may not have been reaped yet, so callers tell the two apart by the time waited)."""
+        assert self._recv is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                if self._recv.poll(min(left, 1.0)):
+                    return protocol.recv(self._recv)
+            except (EOFError, OSError, protocol.ProtocolError):
+                return None
+            if not self.alive():
+                # Drain what it sent before it died (a fatal result precedes its exit).
+                try:
+                    if self._recv.poll(0.1):
+                        return protocol.recv(self._recv)
+                except (EOFError, OSError, protocol.ProtocolError):
+                    pass
+                return None

@@ -1,0 +1,261 @@
+"""Running candidate code for the gate: strict FP32, fresh input clones, poisoned free memory,
+launch-error checks, exceptions as named reasons, and the kernel profile of one call.
+
+evokernel.gate.judge judges what these functions return; nothing here decides a verdict beyond naming
+why a call itself failed. Device-agnostic where it can be: on the CPU there is nothing to poison,
+synchronize or profile.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+from loguru import logger
+
+from evokernel.gate import maths as gm
+from evokernel.records import Reason
+
+# torch >= 2.9 keeps TF32 state per (backend, op) ("ieee" / "tf32" / "none" = inherit), behind the
+# legacy flags; mixing the two APIs can make torch.get_float32_matmul_precision() raise, so the
+# state is saved and restored per (backend, op) when that API exists.
+_PRECISION_OPS = tuple((b, o) for b in ("generic", "cuda", "mkldnn")
+                       for o in ("all", "matmul", "conv", "rnn"))
+
+#: CUDA errors that a bad launch configuration returns at once and that leave the context usable
+#: (cudaErrorInvalidValue, cudaErrorInvalidConfiguration, cudaErrorLaunchOutOfResources,
+#: cudaErrorInvalidDeviceFunction / NoKernelImageForDevice, cudaErrorSymbolNotFound), as
+#: lower-case substrings of their messages. Raised inside forward they are a RUNTIME_ERROR;
+#: pending after forward returned (nobody checked the launch) they are a SILENT_FAILURE.
+LAUNCH_ERRORS = ("invalid argument", "invalid configuration argument",
+                 "too many resources requested", "no kernel image is available",
+                 "invalid device function", "named symbol not found")
+
+#: Errors after which the CUDA context is unusable (the worker must exit), lower case.
+STICKY_ERRORS = ("illegal memory access", "misaligned address", "unspecified launch failure",
+                 "device-side assert", "illegal instruction",
+                 "invalid program counter", "uncorrectable", "cuda error: unknown error",
+                 "launch timed out")
+
+
+def _save_precision() -> tuple:
+    legacy = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    per_op: dict[tuple[str, str], str] = {}
+    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+    for backend, op in _PRECISION_OPS if getter else ():
+        try:
+            per_op[(backend, op)] = getter(backend, op)
+        except (RuntimeError, ValueError, TypeError):
+            pass
+    return legacy, per_op, None if per_op else torch.get_float32_matmul_precision()
+
+
+def _restore_precision(saved: tuple) -> None:
+    (cublas, cudnn), per_op, precision = saved
+    if precision is not None:
+        torch.set_float32_matmul_precision(precision)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = cublas, cudnn
+    setter = getattr(torch._C, "_set_fp32_precision_setter", None)
+    for (backend, op), value in per_op.items():
+        try:
+            setter(backend, op, value)
+        except (RuntimeError, ValueError, TypeError):
+            pass
+
+
+@contextmanager
+def strict_fp32() -> Iterator[None]:
+    """Strict FP32 for the body: TF32 off for cuBLAS matmul and cuDNN, float32 matmul precision
+    "highest". The previous settings are restored on exit, also when the body raises. (FP16/BF16
+    reduced-precision-reduction switches are left alone: they do not affect FP32 work.)"""
+    saved = _save_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        yield
+    finally:
+        _restore_precision(saved)
+
+
+def is_strict_fp32() -> bool:
+    """True when TF32 is off everywhere strict_fp32() turns it off."""
+    if torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32:
+        return False
+    try:
+        return torch.get_float32_matmul_precision() == "highest"
+    except RuntimeError:   # mixed legacy/new settings: something switched a backend to TF32
+        return False
+
+
+@dataclass(frozen=True)
+class Run:
+    """One candidate call: its raw return, outputs as a tuple, the input clones it got; or the
+    reason it failed (``error``) with a traceback tail (``log``)."""
+
+    raw: Any = None
+    outputs: tuple = ()
+    inputs: tuple = ()
+    error: tuple[Reason, str] | None = None
+    log: str = ""
+    tf32_switched: bool = False
+
+
+def run_candidate(model_new: torch.nn.Module, inputs: tuple[Any, ...], device: torch.device,
+                  out_nbytes: list[int]) -> Run:
+    """Call ``model_new`` on fresh clones of ``inputs`` under strict_fp32 and no_grad, after
+    poisoning free allocator memory (CUDA), then synchronize the whole device (so work on side
+    streams has finished) and launch one tiny kernel of PyTorch's own, whose launch check
+    surfaces a launch error the candidate left unchecked.
+
+    Failures become a reason, never an exception: raised inside forward, exception_reason's;
+    raised by the synchronize or the probe after forward returned, CUDA_FAULT for a sticky error
+    and SILENT_FAILURE for a launch error nobody checked (too much shared memory, a bad grid).
+    """
+    clones = gm.map_tensors(inputs, lambda t: t.clone())
+    try:
+        poison_free_memory(device, out_nbytes)
+        with strict_fp32(), torch.no_grad():
+            raw = model_new(*clones)
+            switched = not is_strict_fp32()
+    except Exception as e:  # noqa: BLE001 -- any failure of candidate code is data
+        return Run(error=(exception_reason(e), f"{type(e).__name__}: {str(e)[:500]}"),
+                   log=traceback_tail(e))
+    if device.type == "cuda":
+        try:
+            torch.cuda.synchronize(device)
+            _launch_probe(device)
+        except Exception as e:  # noqa: BLE001
+            msg = f"{type(e).__name__}: {str(e)[:500]}"
+            if is_launch_error(e) and not is_sticky(e):
+                return Run(error=(Reason.SILENT_FAILURE, "a kernel launch failed and forward "
+                                  f"returned anyway (the error was never checked): {msg}"),
+                           log=traceback_tail(e))
+            return Run(error=(Reason.CUDA_FAULT, msg), log=traceback_tail(e))
+    outs = tuple(raw) if isinstance(raw, (tuple, list)) else (raw,)
+    return Run(raw, outs, clones, None, "", switched)
+
+
+def _launch_probe(device: torch.device) -> None:
+    """Launch one small ATen kernel: its C10_CUDA_KERNEL_LAUNCH_CHECK reads (and clears) the
+    thread's last CUDA error, so a launch error the candidate left pending raises here."""
+    torch.empty(1, device=device).fill_(1.0)
+
+
+def poison_free_memory(device: torch.device, out_nbytes: list[int]) -> None:
+    """CUDA only: allocate blocks the size of each output (4 each, so best-fit reuse of any
+    same-size cached block is covered) and one large block (4x all outputs, at least 64 MiB,
+    at most a quarter of the device), fill them with gate_math.POISON_WORD (a NaN in every
+    floating format, with a payload no arithmetic produces), free them. An output the candidate
+    allocates but never writes (torch::empty) then reads as that pattern, not as stale correct
+    values, and the gate can tell "never written" from "computed NaN"."""
+    if device.type != "cuda":
+        return
+    cap = torch.cuda.get_device_properties(device).total_memory // 4
+    sizes = [n for n in out_nbytes for _ in range(4)] + [max(64 << 20, 4 * sum(out_nbytes))]
+    blocks = []
+    try:
+        for n in sizes:
+            blocks.append(torch.full((max(1, min(n, cap) // 4),), gm.POISON_WORD,
+                                     dtype=torch.int32, device=device))
+    except torch.cuda.OutOfMemoryError:
+        pass
+    del blocks
+    torch.cuda.synchronize(device)
+
+
+def _text(e: BaseException) -> str:
+    """The exception's type and the first line of its message, lower case. Only the first line:
+    PyTorch appends advice to every CUDA error ("Compile with `TORCH_USE_CUDA_DSA` to enable
+    device-side assertions"), which must not read as a device-side assert."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".lower()
+
+
+def is_launch_error(e: BaseException) -> bool:
+    """A CUDA launch-configuration error (LAUNCH_ERRORS): the context stays usable."""
+    text = _text(e)
+    return ("cuda" in text or "accelerator" in text) and any(s in text for s in LAUNCH_ERRORS)
+
+
+def is_sticky(e: BaseException) -> bool:
+    """A CUDA error after which the context is unusable (STICKY_ERRORS)."""
+    return any(s in _text(e) for s in STICKY_ERRORS)
+
+
+def exception_reason(e: BaseException) -> Reason:
+    """The reason for an exception raised by candidate code: OUT_OF_MEMORY; RUNTIME_ERROR for a
+    launch-configuration error (the context survives it); CUDA_FAULT for any other CUDA error;
+    RUNTIME_ERROR otherwise."""
+    oom = tuple(c for c in (getattr(torch, "OutOfMemoryError", None),
+                            getattr(torch.cuda, "OutOfMemoryError", None)) if c)
+    if oom and isinstance(e, oom):
+        return Reason.OUT_OF_MEMORY
+    if is_launch_error(e) and not is_sticky(e):
+        return Reason.RUNTIME_ERROR
+    accel = getattr(torch, "AcceleratorError", None)
+    msg = str(e)
+    if (accel is not None and isinstance(e, accel)) or any(s in msg for s in (
+            "CUDA error", "illegal memory access", "device-side assert", "cudaError",
+            "unspecified launch failure")):
+        return Reason.CUDA_FAULT
+    return Reason.RUNTIME_ERROR
+
+
+def traceback_tail(e: BaseException, limit: int = 4000) -> str:
+    """The last ``limit`` characters of ``e``'s formatted traceback."""
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-limit:]
+
+
+def profile_kernels(call: Callable[[], object], device: torch.device
+                    ) -> list[tuple[str, float]] | None:
+    """The GPU kernels one ``call()`` launches, as (demangled name, device time in us), in
+    launch order, from torch.profiler (CUPTI activity tracing; memcpy/memset excluded).
+
+    The whole device is synchronized before and after, so kernels on side streams and from
+    other threads are included. Returns None when profiling is not possible (no CUDA, the
+    profiler fails or records no device activity at all); exceptions from ``call`` propagate.
+    """
+    if device.type != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize(device)
+    try:
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        prof.__enter__()
+    except Exception as e:  # noqa: BLE001 -- profiler unavailable: the check is skipped
+        logger.warning("torch.profiler unavailable: {}", e)
+        return None
+    try:
+        call()
+        torch.cuda.synchronize(device)
+    except BaseException:
+        try:
+            prof.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 -- the candidate's exception is the one to report
+            pass
+        raise
+    try:
+        prof.__exit__(None, None, None)
+        events = prof.events()
+    except Exception as e:  # noqa: BLE001
+        logger.warning("torch.profiler: no events: {}", e)
+        return None
+    kernels = []
+    for ev in events:
+        if getattr(ev, "device_type", None) != DeviceType.CUDA:
+            continue
+        name = str(ev.name)
+        kind = str(getattr(ev, "activity_type", "") or "").lower()
+        if name.startswith(("Memcpy", "Memset")) or "memcpy" in kind or "memset" in kind:
+            continue
+        try:
+            us = float(ev.time_range.elapsed_us())
+        except Exception:  # noqa: BLE001
+            us = 0.0
+        kernels.append((name, us if math.isfinite(us) else 0.0))
+    return kernels

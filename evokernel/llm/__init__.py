@@ -1,0 +1,2 @@
+"""LLM access through litellm (client: the only module that imports litellm) and the reply cache.
+"""

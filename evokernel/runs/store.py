@@ -1,0 +1,260 @@
+"""The run store: one directory per run, written as each candidate finishes.
+
+Layout of a run directory:
+    config.json     the RunConfig (evokernel.config), written once
+    problem.py      a copy of the reference problem
+    run.sqlite      candidates, results, generations, LLM calls and run metadata (SQLite, WAL
+                    mode, so ``evokernel show`` can read a run that is still going)
+    best.py         the best accepted kernel, as a standalone candidate file
+
+SQLite (stdlib) gives atomic, crash-safe writes: a run killed with kill -9 at any point loses at
+most the record being written, and resumes from what is there (evokernel.search.evolution).
+
+``RunStore(run_dir, read_only=True)`` (``evokernel show``/``report``/``export``) never writes to
+the run directory: a run that is still going is read through SQLite's read-only mode (sharing
+the writer's WAL), and a finished one as an immutable file, so no ``-wal``/``-shm`` files appear
+beside a committed run and its bytes stay as they are.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from evokernel.config import RunConfig
+from evokernel.errors import ConfigError
+from evokernel.problem import Problem
+from evokernel.records import Candidate, EvalResult
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS candidates (
+    id TEXT PRIMARY KEY, source TEXT NOT NULL, idea TEXT, parent_ids TEXT, operator TEXT,
+    generation INTEGER, created_s REAL);
+CREATE TABLE IF NOT EXISTS results (
+    candidate_id TEXT PRIMARY KEY, verdict TEXT, reason TEXT, speedup REAL, data TEXT,
+    evaluated_s REAL);
+CREATE TABLE IF NOT EXISTS generations (
+    generation INTEGER PRIMARY KEY, population TEXT, best_id TEXT, best_speedup REAL,
+    valid INTEGER, total INTEGER, rng_state TEXT, finished_s REAL);
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, data TEXT, at_s REAL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+def _is_wal_file(db: Path) -> bool:
+    """True when the SQLite file's header says WAL mode (bytes 18-19 are 2)."""
+    with db.open("rb") as f:
+        header = f.read(20)
+    return len(header) == 20 and header[18] == 2 and header[19] == 2
+
+
+class RunStore:
+    """Read and write one run directory. Thread-safe (LLM threads record their calls)."""
+
+    def __init__(self, run_dir: str | Path, *, read_only: bool = False):
+        """Open an existing run directory (see ``create`` to make one).
+
+        Args:
+            run_dir: the run directory.
+            read_only: open for reading only (show, report, export): nothing in the directory
+                is created or changed, writes raise ConfigError, and a store whose tables do
+                not exist yet (a run that has only just started) reads as empty.
+        Raises:
+            ConfigError: ``run_dir`` holds no run store.
+        """
+        self.run_dir = Path(run_dir)
+        self.read_only = read_only
+        db = self.run_dir / "run.sqlite"
+        if not db.is_file():
+            raise ConfigError(f"{self.run_dir}: not a run directory (no run.sqlite)")
+        self._lock = threading.Lock()
+        if read_only:
+            # A live writer keeps run.sqlite-wal open; without one, SQLite's read-only mode
+            # would still create -wal/-shm files, so a finished run is opened as immutable.
+            live = Path(f"{db}-wal").exists() or not _is_wal_file(db)
+            uri = db.resolve().as_uri() + ("?mode=ro" if live else "?immutable=1")
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30.0)
+            return
+        self._db = sqlite3.connect(db, check_same_thread=False, timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    @classmethod
+    def create(cls, run_dir: str | Path, config: RunConfig, problem: Problem) -> "RunStore":
+        """Make a new run directory with its config and a copy of the problem.
+
+        Raises:
+            ConfigError: the directory already holds a run (resume it instead).
+        """
+        run_dir = Path(run_dir)
+        if (run_dir / "run.sqlite").exists():
+            raise ConfigError(f"{run_dir}: already holds a run; resume it with --resume "
+                              "or choose another --run-dir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(config.to_json() + "\n")
+        (run_dir / "problem.py").write_text(problem.source)
+        if problem.seed_source is not None:   # resume needs it if killed before generation 0
+            (run_dir / "seed.py").write_text(problem.seed_source)
+        sqlite3.connect(run_dir / "run.sqlite").close()
+        store = cls(run_dir)
+        store.set_meta("problem", {"name": problem.name, "path": str(problem.path)})
+        store.set_meta("started_s", time.time())
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- writes -----------------------------------------------------------------------------
+    def _write(self, sql: str, args: tuple[Any, ...]) -> None:
+        if self.read_only:
+            raise ConfigError(f"{self.run_dir}: run store opened read-only")
+        with self._lock:
+            self._db.execute(sql, args)
+            self._db.commit()
+
+    def add_candidate(self, c: Candidate) -> None:
+        """Record a proposal (idempotent: a candidate already stored is kept as it was)."""
+        self._write("INSERT OR IGNORE INTO candidates VALUES (?,?,?,?,?,?,?)",
+                    (c.id, c.source, c.idea, json.dumps(list(c.parent_ids)), c.operator,
+                     c.generation, time.time()))
+
+    def add_result(self, r: EvalResult) -> None:
+        """Record a verdict (the latest one for a candidate wins)."""
+        self._write("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?)",
+                    (r.candidate_id, r.verdict.value, r.reason.value, r.speedup,
+                     json.dumps(r.to_dict()), time.time()))
+
+    def end_generation(self, generation: int, population: list[str], best_id: str | None,
+                       best_speedup: float, valid: int, total: int,
+                       rng_state: Any = None) -> None:
+        """Mark a generation complete: its surviving population and the RNG state after it."""
+        self._write("INSERT OR REPLACE INTO generations VALUES (?,?,?,?,?,?,?,?)",
+                    (generation, json.dumps(population), best_id, best_speedup, valid, total,
+                     json.dumps(rng_state), time.time()))
+
+    def record_llm_call(self, data: dict[str, Any]) -> None:
+        self._write("INSERT INTO llm_calls (data, at_s) VALUES (?,?)",
+                    (json.dumps(data), time.time()))
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._write("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+    # -- reads ------------------------------------------------------------------------------
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as e:
+                if self.read_only and "no such table" in str(e):
+                    return []         # a run created a moment ago: its tables come next
+                raise ConfigError(f"{self.run_dir / 'run.sqlite'}: cannot read the run store: "
+                                  f"{e}") from e
+            except sqlite3.DatabaseError as e:
+                raise ConfigError(f"{self.run_dir / 'run.sqlite'}: not a readable run store "
+                                  f"({e})") from e
+
+    def config(self) -> RunConfig:
+        """The run's config.json. Raises: ConfigError naming the file when it is missing or
+        malformed."""
+        path = self.run_dir / "config.json"
+        try:
+            return RunConfig.from_dict(json.loads(path.read_text()))
+        except FileNotFoundError as e:
+            raise ConfigError(f"{path}: missing (not a complete run directory)") from e
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+            raise ConfigError(f"{path}: not a valid config file ({e})") from e
+
+    def meta(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self._rows("SELECT key, value FROM meta")}
+
+    def candidates(self) -> dict[str, Candidate]:
+        """Every stored candidate by id, in the order they were proposed."""
+        rows = self._rows("SELECT id, source, idea, parent_ids, operator, generation "
+                          "FROM candidates ORDER BY rowid")
+        return {r[0]: Candidate(source=r[1], idea=r[2] or "", parent_ids=tuple(json.loads(r[3])),
+                                operator=r[4], generation=r[5]) for r in rows}
+
+    def results(self) -> dict[str, EvalResult]:
+        """Every verdict by candidate id."""
+        return {r[0]: EvalResult.from_dict(json.loads(r[1]))
+                for r in self._rows("SELECT candidate_id, data FROM results ORDER BY rowid")}
+
+    def generations(self) -> list[dict[str, Any]]:
+        """Completed generations, oldest first."""
+        rows = self._rows("SELECT generation, population, best_id, best_speedup, valid, total, "
+                          "rng_state, finished_s FROM generations ORDER BY generation")
+        return [{"generation": g, "population": json.loads(p), "best_id": b,
+                 "best_speedup": s, "valid": v, "total": t, "rng_state": json.loads(rs),
+                 "finished_s": f} for g, p, b, s, v, t, rs, f in rows]
+
+    def last_write_s(self) -> float | None:
+        """Unix time (s) of the newest record of any kind, or None for an empty store."""
+        times = [t for (t,) in self._rows(
+            "SELECT MAX(created_s) FROM candidates UNION ALL SELECT MAX(evaluated_s) FROM results "
+            "UNION ALL SELECT MAX(finished_s) FROM generations UNION ALL SELECT MAX(at_s) "
+            "FROM llm_calls") if t is not None]
+        return max(times) if times else None
+
+    def llm_calls(self) -> list[dict[str, Any]]:
+        return [json.loads(d) for (d,) in self._rows("SELECT data FROM llm_calls ORDER BY id")]
+
+    def llm_usage(self) -> dict[str, float]:
+        """Totals over every recorded LLM call: calls, tokens by kind and cost_usd of the calls
+        actually sent (replayed cache hits cost nothing), and the number of cache hits."""
+        total = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0,
+                 "cost_usd": 0.0, "cached": 0}
+        for c in self.llm_calls():
+            total["calls"] += 1
+            total["cached"] += int(bool(c.get("cached")))
+            if c.get("cached"):
+                continue
+            for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
+                total[k] += int(c.get(k) or 0)
+            total["cost_usd"] += float(c.get("cost_usd") or 0.0)
+        return total
+
+    def best(self) -> tuple[Candidate, EvalResult] | None:
+        """The accepted candidate with the highest fitness, or None. Fitness is the speedup over
+        the run's baseline (config.evaluation.baseline: eager, or torch.compile), as in the
+        search; ties go to the earlier candidate."""
+        try:
+            by_compile = self.config().evaluation.baseline == "compile"
+        except ConfigError:        # a run whose config.json is not written yet: the default
+            by_compile = False
+        accepted = [r for r in self.results().values() if r.accepted]
+        if not accepted:
+            return None
+        best = max(accepted, key=lambda r: r.compile_speedup if by_compile else r.speedup)
+        return self.candidates()[best.candidate_id], best
+
+    def export_best(self, path: str | Path | None = None) -> Path | None:
+        """Write the best accepted kernel as a standalone KernelBench-format candidate file
+        (default: best.py in the run directory): a comment header (run, problem, candidate,
+        speedup, times in ms, idea), then the candidate's source unchanged, so the file loads
+        and passes ``evokernel check PROBLEM FILE`` on its own. Returns its path, or None when
+        nothing was accepted."""
+        best = self.best()
+        if best is None:
+            return None
+        cand, res = best
+        out = Path(path) if path else self.run_dir / "best.py"
+        problem = self.meta().get("problem", {}).get("name", "?")
+        idea = cand.idea.splitlines()[0] if cand.idea.strip() else "-"
+        floor = f", {res.pct_of_floor:.0f}% of floor" if res.pct_of_floor else ""
+        header = [f"evokernel: best kernel of run {self.run_dir.name} for problem {problem}",
+                  f"candidate {cand.id}, generation {cand.generation}, operator {cand.operator}; "
+                  f"speedup {res.speedup:.3f}x over eager ({res.reference_ms:.4f} ms -> "
+                  f"{res.candidate_ms:.4f} ms{floor})",
+                  f"idea: {idea}",
+                  f"check it: evokernel check {problem} {out}"]
+        lines = "".join(f"# {h}\n" for h in header)
+        source = cand.source if cand.source.endswith("\n") else cand.source + "\n"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(lines + source, encoding="utf-8")
+        return out

@@ -1,0 +1,378 @@
+"""Timing of the reference and the candidate: interleaved trials, L2 flush, median with a CI.
+
+Method (DESIGN.md § Timing):
+
+* every trial flushes L2 (writes a buffer of 2x its size), then synchronizes the whole device,
+  queues the spin described below, records a start event, calls the function, records an end
+  event and synchronizes the whole device again before reading the elapsed time;
+* a whole-device time of the same trial is kept too: work moved to a side stream escapes the
+  events but not the device-wide synchronize, see :func:`side_stream_suspect`;
+* warm-up is a time budget (as in ``triton.testing.do_bench``), trials are interleaved A B A B ...
+  so drift (clocks, temperature) hits every function alike, and rounds of trials are added until
+  the 95% CI of every median is within ``TimingConfig.target_rel_ci`` of it.
+
+By default (``TimingConfig.hide_host_ms = 1``) a trial queues a spin that fills every SM for
+1 ms (:class:`evokernel.timing.spin.DeviceSpin`) before the start event, so the host's Python,
+dispatch and launches overlap the spin and the event time holds the GPU's work, as in
+``triton.testing.do_bench``. The trial's second time is then the GPU clock's, from the start event
+to an event recorded after the device-wide synchronize, less that path's calibrated latency, plus
+the spin's deviation from its length (see :func:`side_stream_suspect`). With ``hide_host_ms = 0``
+the device is idle when the start event is recorded, so an event time also includes the call's
+host time (an empty call reads ~0.006 ms on an H200, the layernorm seed +26 us, cuDNN's conv2d
++55 us). That host time varies from process to process; it is why evokernel's speedups differed
+from do_bench's by up to 6.6% on an H200 (results/h200-2026-11-30-s3), and why the spin is the
+default.
+
+Timer functions (``time.perf_counter``, ``torch.cuda.synchronize``) are bound when this module is
+imported, so a candidate that monkey-patches torch's or time's later does not change these
+timings. Patching this module's own names would; the GPU worker's evokernel.engine.tamper snapshot of
+evokernel's modules catches and undoes that after each candidate.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Mapping, Protocol, Sequence
+
+import torch
+from loguru import logger
+
+from evokernel.timing import spin as device_spin
+from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
+
+_perf_counter = time.perf_counter
+_cuda_synchronize = torch.cuda.synchronize
+_CudaEvent = torch.cuda.Event
+
+#: side_stream_suspect's rule: host median > FACTOR x event median + SLACK_MS.
+SIDE_STREAM_FACTOR = 1.2
+SIDE_STREAM_SLACK_MS = 0.05
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Trials of one function.
+
+    times_ms: raw CUDA-event times of each trial, milliseconds, unrounded, in trial order.
+    host_times_ms: the whole device's time of the same trials, milliseconds: the host's wall
+        time from a device synchronize before the start event to one after the end event, or,
+        with ``TimingConfig.hide_host_ms > 0``, the GPU clock's from the start event to an event
+        recorded after that synchronize, less its calibrated latency, plus the spin's
+        deviation (:meth:`evokernel.timing.spin.DeviceSpin.whole_device_ms`).
+    median_ms: median of ``times_ms``.
+    ci_low_ms, ci_high_ms: distribution-free 95% confidence interval of that median
+        (:func:`median_ci`); -inf / inf when there are too few trials to bound it (n <= 5).
+    trials: number of trials (``len(times_ms)``).
+    """
+
+    times_ms: tuple[float, ...]
+    host_times_ms: tuple[float, ...]
+    median_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    trials: int
+
+    @classmethod
+    def from_times(cls, times_ms: Sequence[float], host_times_ms: Sequence[float],
+                   confidence: float = 0.95) -> "TimingStats":
+        """Stats of raw times (ms). Raises ValueError if empty or the lengths differ."""
+        if len(times_ms) != len(host_times_ms):
+            raise ValueError(f"{len(times_ms)} event times but {len(host_times_ms)} host times")
+        low, high = median_ci(times_ms, confidence)
+        return cls(times_ms=tuple(float(t) for t in times_ms),
+                   host_times_ms=tuple(float(t) for t in host_times_ms),
+                   median_ms=float(statistics.median(times_ms)), ci_low_ms=low, ci_high_ms=high,
+                   trials=len(times_ms))
+
+    @property
+    def host_median_ms(self) -> float:
+        """Median of ``host_times_ms``."""
+        return float(statistics.median(self.host_times_ms))
+
+    @property
+    def rel_ci(self) -> float:
+        """Relative half-width of the CI: max(median - low, high - median) / median (inf if
+        unbounded or the median is 0)."""
+        half = max(self.median_ms - self.ci_low_ms, self.ci_high_ms - self.median_ms)
+        return half / self.median_ms if self.median_ms > 0 and math.isfinite(half) else math.inf
+
+
+def _median_ci_ranks(n: int, confidence: float) -> tuple[int, int] | None:
+    """1-based ranks (k, n - k + 1) of the order-statistic CI of the median, or None if even
+    (1, n) covers less than ``confidence``. Exact binomial arithmetic on integers."""
+    tail = Fraction(1 - confidence) / 2          # allowed probability in each tail
+    limit = tail * 2 ** n                        # compare sum C(n, i) with tail * 2^n exactly
+    cum, term, j = 0, 1, -1                      # term = C(n, j + 1)
+    while j + 1 < n and cum + term <= limit:
+        cum += term
+        j += 1
+        term = term * (n - j) // (j + 1)
+    # j = largest index with P(B <= j) <= tail, B ~ Binomial(n, 1/2); -1 if none.
+    if j < 0:
+        return None
+    k = j + 1
+    return k, n - k + 1
+
+
+def median_ci(times: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median, from order statistics.
+
+    With x_(1) <= ... <= x_(n) and B ~ Binomial(n, 1/2), the interval [x_(k), x_(n-k+1)] covers
+    the population median with probability >= 1 - 2 P(B <= k - 1) for any continuous
+    distribution; k is the largest rank with P(B <= k - 1) <= (1 - confidence) / 2, computed with
+    exact binomial sums. Source: W. J. Conover, Practical Nonparametric Statistics, 3rd ed.
+    (1999), § 3.2, confidence interval for a quantile (e.g. n = 20 gives ranks 6 and 15 at 95%).
+
+    Inputs: times (any units; the result has the same units), confidence in (0, 1).
+    Returns: (low, high); (-inf, inf) when n is too small for any order-statistic interval to
+        reach ``confidence`` (n <= 5 at 95%).
+    Raises: ValueError if ``times`` is empty, holds a NaN, or ``confidence`` is not in (0, 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    xs = sorted(float(t) for t in times)
+    if not xs:
+        raise ValueError("median_ci of no times")
+    if any(math.isnan(x) for x in xs):
+        raise ValueError("median_ci: times contain NaN")
+    ranks = _median_ci_ranks(len(xs), confidence)
+    if ranks is None:
+        return -math.inf, math.inf
+    k, k_high = ranks
+    return xs[k - 1], xs[k_high - 1]
+
+
+def side_stream_suspect(stats: TimingStats, *, factor: float = SIDE_STREAM_FACTOR,
+                        slack_ms: float = SIDE_STREAM_SLACK_MS) -> bool:
+    """True if the whole-device median is much larger than the event-timed one.
+
+    Rule: ``host_median_ms > factor * median_ms + slack_ms`` (defaults 1.2 and 0.05 ms).
+    With ``hide_host_ms = 0`` the whole-device time is the host's wall time: the events are
+    recorded on the current stream while the host waits for the whole device, so work
+    launched on another stream (and not joined back) is counted by the host only. Otherwise the
+    two differ by a near-constant: one event-record call and the synchronize's wake-up (~10 us),
+    which ``slack_ms`` covers; the call's own host time is inside both, because the device is
+    idle when the start event is recorded. Measured on an H200 (torch 2.11): host - event
+    medians of 0.012 ms for calls touching <= 128 MB and 0.02-0.06 ms for 1-2 GB streams
+    (90th percentiles <= 0.055 ms), so the rule keeps >= 0.05 ms + 20% of headroom.
+    A side stream that hides a fraction f of the work makes host / event = 1 / (1 - f), so the
+    rule flags f > 1/6 of the work on calls longer than ~0.3 ms (the slack dominates below
+    that). Work that shares the GPU with the main stream's kernels (both fill the SMs) delays
+    them too and is largely inside the event time already.
+    With ``hide_host_ms > 0`` the second time is the GPU clock's, from the start event to an
+    event recorded after the device-wide synchronize, less the calibrated latency of that path
+    (``DeviceSpin.done_gap_ms``, 0.04-0.06 ms on an H200), plus the spin's deviation from its
+    length (evokernel.timing.spin.spin_trial). The call's host time is in neither. Side-stream
+    work shows in the second only: either after the start event, or as a delayed spin. Before
+    the latency was subtracted, legitimate kernels of 0.04-0.07 ms on an H200 read 0.06 ms more
+    and were rejected (session 4, call 1).
+    Inputs: stats of one function; factor (>= 1) and slack_ms (ms).
+    Returns: True if the candidate should be rejected as ``Reason.SIDE_STREAM``.
+    """
+    return stats.host_median_ms > factor * stats.median_ms + slack_ms
+
+
+def _cuda_device(device: torch.device | int | str | None) -> torch.device:
+    """A CUDA device with its index filled in (None or 'cuda' -> the current device)."""
+    dev = torch.device("cuda") if device is None else torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"not a CUDA device: {device}")
+    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+class L2Flusher:
+    """A buffer of 2x the device's L2 size; :meth:`flush` writes all of it (``zero_()``), so
+    the next trial finds no useful data in L2 (and L2 full of dirty lines, so writes also pay
+    the write-back). Sizes come from ``torch.cuda.get_device_properties(device).L2_cache_size``
+    (H200: 60 MB, buffer 120 MB, ~30 us to flush at 4.3 TB/s).
+    Raises: ValueError if ``device`` is not CUDA; RuntimeError (torch's) if the device cannot
+    be used or allocation fails.
+    """
+
+    def __init__(self, device: torch.device | int | str | None = None) -> None:
+        self.device = _cuda_device(device)
+        l2_bytes = int(getattr(torch.cuda.get_device_properties(self.device),
+                               "L2_cache_size", 0))
+        if l2_bytes <= 0:
+            l2_bytes = 128 * 2**20
+            logger.warning("no L2 size reported for {}; flushing 2 x 128 MiB", self.device)
+        self.nbytes = 2 * l2_bytes
+        self._buffer = torch.empty(self.nbytes // 4, dtype=torch.int32, device=self.device)
+
+    def flush(self) -> None:
+        """Write the whole buffer on the current stream (asynchronous)."""
+        self._buffer.zero_()
+
+
+class Clock(Protocol):
+    """What :func:`time_interleaved` needs from a timer; swap in a fake to test on the CPU."""
+
+    def now_s(self) -> float:
+        """Monotonic wall time in seconds (for the warm-up and max_time_s budgets)."""
+
+    def run(self, call: Callable[[], object]) -> None:
+        """Call once and wait until the device has finished (warm-up)."""
+
+    def trial(self, call: Callable[[], object]) -> tuple[float, float]:
+        """One timed trial of ``call``: (event_ms, host_ms)."""
+
+
+class CudaClock:
+    """CUDA events plus a whole-device time (the spin's GPU clock, or host ``perf_counter``
+    when ``hide_host_ms`` is 0), with an L2 flush and device-wide synchronizes around every
+    trial (see the module docstring). Exceptions from the call or from the
+    synchronize (a kernel fault) propagate. Pass ``flusher`` to reuse one L2Flusher (and its
+    buffer) across calls; it must be on ``device``."""
+
+    def __init__(self, device: torch.device | int | str | None = None,
+                 flusher: L2Flusher | None = None,
+                 hide_host_ms: float = DEFAULT_HIDE_HOST_MS) -> None:
+        self.flusher = flusher if flusher is not None else L2Flusher(device)
+        self.device = self.flusher.device
+        if device is not None and _cuda_device(device) != self.device:
+            raise ValueError(f"flusher is on {self.device}, not {device}")
+        self.spin = None
+        if hide_host_ms > 0:
+            self.spin = device_spin.DeviceSpin.get(self.device, hide_host_ms)
+        with torch.cuda.device(self.device):
+            self._start = _CudaEvent(enable_timing=True)
+            self._end = _CudaEvent(enable_timing=True)
+            self._done = _CudaEvent(enable_timing=True)
+
+    def now_s(self) -> float:
+        return _perf_counter()
+
+    def run(self, call: Callable[[], object]) -> None:
+        with torch.cuda.device(self.device):
+            call()
+            _cuda_synchronize(self.device)
+
+    def trial(self, call: Callable[[], object]) -> tuple[float, float]:
+        with torch.cuda.device(self.device):     # entered and left outside the timed interval
+            self.flusher.flush()
+            if self.spin is not None:
+                event_ms, done_ms, offset_ms = device_spin.spin_trial(
+                    self.spin, self._start, self._end, self._done,
+                    lambda: _cuda_synchronize(self.device), call)
+                return event_ms, self.spin.whole_device_ms(done_ms, offset_ms)
+            _cuda_synchronize(self.device)
+            t0 = _perf_counter()
+            self._start.record()
+            call()
+            self._end.record()
+            _cuda_synchronize(self.device)
+            t1 = _perf_counter()
+            return float(self._start.elapsed_time(self._end)), (t1 - t0) * 1e3
+
+
+class HostClock:
+    """Host-only clock for CPU functions: event_ms = host_ms = perf_counter interval. No flush."""
+
+    def now_s(self) -> float:
+        return _perf_counter()
+
+    def run(self, call: Callable[[], object]) -> None:
+        call()
+
+    def trial(self, call: Callable[[], object]) -> tuple[float, float]:
+        t0 = _perf_counter()
+        call()
+        ms = (_perf_counter() - t0) * 1e3
+        return ms, ms
+
+
+def default_clock(device: torch.device | int | str | None = None,
+                  flusher: L2Flusher | None = None,
+                  hide_host_ms: float = DEFAULT_HIDE_HOST_MS) -> Clock:
+    """CudaClock on a CUDA device (the flusher's, else the current one if ``device`` is None
+    and CUDA is available), HostClock otherwise (which ignores ``hide_host_ms``)."""
+    if device is None:
+        if flusher is not None:
+            return CudaClock(flusher=flusher, hide_host_ms=hide_host_ms)
+        return CudaClock(hide_host_ms=hide_host_ms) if torch.cuda.is_available() else HostClock()
+    if torch.device(device).type == "cuda":
+        return CudaClock(device, flusher, hide_host_ms)
+    return HostClock()
+
+
+def warm_up(fn: Callable[[int], object], warmup_ms: float, clock: Clock) -> int:
+    """Call ``fn(0), fn(1), ...`` (waiting for the device after each) until ``warmup_ms`` of
+    wall time has passed, and at least twice. Returns the number of calls."""
+    t0 = clock.now_s()
+    calls = 0
+    while calls < 2 or (clock.now_s() - t0) * 1e3 < warmup_ms:
+        clock.run(lambda i=calls: fn(i))
+        calls += 1
+    return calls
+
+
+def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingConfig, *,
+                     device: torch.device | int | str | None = None,
+                     clock: Clock | None = None,
+                     flush: L2Flusher | None = None) -> dict[str, TimingStats]:
+    """Time several functions against each other, interleaved.
+
+    Inputs:
+        fns: name -> function of the trial index (0, 1, ...); callers use the index to rotate
+            input sets, so an output cached across calls is not reused. Typically
+            {"reference": ..., "candidate": ...}.
+        config: warmup_ms (warm-up budget per function, at least 2 calls), min_trials,
+            max_trials, target_rel_ci, max_time_s, hide_host_ms (default clock only).
+        device: the CUDA device for the default clock (None: current device, or the host clock
+            when CUDA is unavailable).
+        clock: a :class:`Clock`; default :func:`default_clock` (device, flush).
+        flush: an L2Flusher to reuse (saves allocating 2x L2 per call); ignored with ``clock``.
+    Procedure: warm up each function in turn; then trial i calls fn_1(i), fn_2(i), ... in the
+    mapping's order (A B A B ...). After ``min_trials``, and then after each round (the count
+    grows by half, at least 10), stop as soon as every function's median has a 95% CI within
+    ``target_rel_ci`` (relative half-width, :attr:`TimingStats.rel_ci`), or at ``max_trials``,
+    or once ``max_time_s`` of trial wall time (warm-up excluded) has passed; at least one
+    trial per function is always taken. Garbage collection is off during the trials.
+    Returns: name -> TimingStats (every function has the same number of trials).
+    Raises: ValueError if ``fns`` is empty or holds a non-callable; whatever a function raises
+        (e.g. torch's RuntimeError/AcceleratorError on a kernel fault) propagates unchanged.
+    """
+    if not fns:
+        raise ValueError("time_interleaved: no functions")
+    bad = [name for name, fn in fns.items() if not callable(fn)]
+    if bad:
+        raise ValueError(f"time_interleaved: not callable: {bad}")
+    clock = clock if clock is not None else default_clock(device, flush, config.hide_host_ms)
+    names = list(fns)
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for name in names:
+            calls = warm_up(fns[name], config.warmup_ms, clock)
+            logger.debug("warm-up {}: {} calls", name, calls)
+        events: dict[str, list[float]] = {n: [] for n in names}
+        hosts: dict[str, list[float]] = {n: [] for n in names}
+        t0 = clock.now_s()
+        trial, target, out_of_time = 0, config.min_trials, False
+        while True:
+            while trial < target and not out_of_time:
+                for name in names:
+                    ev_ms, host_ms = clock.trial(lambda f=fns[name], i=trial: f(i))
+                    events[name].append(ev_ms)
+                    hosts[name].append(host_ms)
+                trial += 1
+                out_of_time = clock.now_s() - t0 >= config.max_time_s
+            stats = {n: TimingStats.from_times(events[n], hosts[n]) for n in names}
+            converged = all(s.rel_ci <= config.target_rel_ci for s in stats.values())
+            if converged or out_of_time or trial >= config.max_trials:
+                break
+            target = min(config.max_trials, max(trial + 10, math.ceil(trial * 1.5)))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if not converged:
+        why = "max_time_s" if out_of_time else "max_trials"
+        logger.warning("timing stopped at {} ({} trials) before the CI target {:.3g}: {}", why,
+                       trial, config.target_rel_ci,
+                       {n: round(s.rel_ci, 4) for n, s in stats.items()})
+    return stats

@@ -1,0 +1,123 @@
+"""The CLI's argument errors, its no-GPU message, and problem listing."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from evokernel.cli.main import main
+
+
+def test_no_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+    assert "required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "softmax", "--population", "many"], "invalid int value"),
+    (["run", "--frobnicate"], "unrecognized arguments"),
+    (["check", "softmax"], "the following arguments are required: kernel"),
+])
+def test_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bad_problem_names_it(capsys, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n")
+    assert main(["check", str(bad), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "no class Model" in err
+
+
+def test_missing_kernel_file(capsys, tmp_path):
+    assert main(["check", "softmax", str(tmp_path / "k.py")]) == 2
+    assert "no such kernel file" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_run_without_gpu_says_what_is_needed_and_what_works(capsys):
+    assert main(["run", "softmax", "--generations", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "make test" in err and "evokernel problems" in err
+
+
+def test_problems_lists_builtins(capsys):
+    assert main(["problems"]) == 0
+    out = capsys.readouterr().out
+    for name in ("matmul", "conv2d", "softmax", "layernorm", "conv2d_relu_maxpool"):
+        assert name in out
+
+
+def test_import_has_no_side_effects():
+    code = ("import sys, evokernel; "
+            "assert 'litellm' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_resume_refuses_other_flags(capsys, tmp_path):
+    assert main(["run", "--resume", str(tmp_path), "--model", "openai/x",
+                 "--generations", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "--generations" in err and "stored config.json" in err
+
+
+def test_bad_search_arguments_are_reported_before_the_gpu(capsys):
+    assert main(["run", "softmax", "--population", "0"]) == 2
+    assert "population_size" in capsys.readouterr().err
+    assert main(["run", "softmax", "--distributions", "problem,bogus"]) == 2
+    assert "bogus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "softmax", "problems/seeds/softmax.py", "--gate-seeds", "0"], "--gate-seeds"),
+    (["check", "softmax", "problems/seeds/softmax.py", "--tolerance", "inf"], "tolerance"),
+    (["suite", "softmax", "--search", "--population", "0"], "population_size"),
+])
+def test_check_and_suite_name_bad_flags_before_the_gpu(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_suite_search_makes_a_search_config_from_its_own_flags():
+    from evokernel.cli.main import _search_config, build_parser
+    args = build_parser().parse_args(["suite", "softmax", "--search", "--generations", "2"])
+    config = _search_config(args)          # suite has no island or LLM-operator flags
+    assert config.generations == 2 and config.islands == 1
+
+
+def test_unreadable_kernel_files(capsys, tmp_path):
+    binary = tmp_path / "k.py"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    assert main(["check", "softmax", str(binary)]) == 2
+    assert "not a UTF-8 text file" in capsys.readouterr().err
+    assert main(["check", "softmax", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_show_on_a_corrupt_store(capsys, tmp_path):
+    (tmp_path / "run.sqlite").write_bytes(b"this is not sqlite" * 100)
+    assert main(["show", str(tmp_path)]) == 2
+    assert "not a readable run store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [("--max-cost-usd", "-5"), ("--max-cost-usd", "nan"),
+                                         ("--max-tokens", "0")])
+def test_nonsense_budgets_are_refused_before_the_gpu(flag, value, capsys):
+    assert main(["run", "softmax", "--model", "openai/x", flag, value]) == 2
+    assert "must be a positive number" in capsys.readouterr().err
+
+
+def test_listing_into_a_closed_pipe_is_quiet():
+    """`evokernel problems | head -1`: the reader is gone before the listing is written (closed
+    here before the interpreter has even started); no BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "evokernel", "problems"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -1,0 +1,78 @@
+"""Worker isolation: a hang, a segfault or a sticky CUDA fault costs one candidate, never the
+next one, and the worker is respawned."""
+import os
+from pathlib import Path
+
+import pytest
+
+from evokernel.errors import ProblemError
+from evokernel.records import Candidate, Reason
+from evokernel.engine.handle import WorkerHandle
+
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def handle(tmp_path, name="p", recycle_after=50):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    setup = {"kind": "setup", "problem": {"name": name, "path": f"{name}.py"}}
+    return WorkerHandle(setup, env=env, log_path=tmp_path / "worker.log", entry="tests.support.fake_worker",
+                        setup_timeout_s=30, recycle_after=recycle_after)
+
+
+def cand(idea, n=0):
+    return Candidate(source=f"# {idea} {n}\nclass ModelNew: pass\n", idea=idea)
+
+
+def test_faults_cost_one_candidate_and_respawn(tmp_path):
+    w = handle(tmp_path)
+    try:
+        first = w.evaluate(cand("ok", 1), timeout_s=10)
+        assert first.accepted
+        pid = int(first.detail)
+        hang = w.evaluate(cand("hang"), timeout_s=1.5)
+        assert hang.reason is Reason.TIMEOUT and not hang.accepted
+        after_hang = w.evaluate(cand("ok", 2), timeout_s=10)
+        assert after_hang.accepted and int(after_hang.detail) != pid
+        seg = w.evaluate(cand("segfault"), timeout_s=10)
+        assert seg.reason is Reason.WORKER_CRASH and "SIGSEGV" in seg.detail
+        assert "evaluating segfault" in seg.log          # the worker's log tail is kept
+        after_seg = w.evaluate(cand("ok", 3), timeout_s=10)
+        assert after_seg.accepted
+        fault = w.evaluate(cand("fault"), timeout_s=10)
+        assert fault.reason is Reason.CUDA_FAULT
+        after_fault = w.evaluate(cand("ok", 4), timeout_s=10)
+        assert after_fault.accepted and int(after_fault.detail) != int(after_seg.detail)
+        assert w.spawns == 4
+    finally:
+        w.close()
+    assert not w.alive()
+
+
+def test_recycled_after_n_candidates(tmp_path):
+    w = handle(tmp_path, recycle_after=2)
+    try:
+        pids = [int(w.evaluate(cand("ok", i), timeout_s=10).detail) for i in range(5)]
+    finally:
+        w.close()
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+
+
+def test_setup_failure_names_the_problem(tmp_path):
+    w = handle(tmp_path, name="broken")
+    with pytest.raises(ProblemError, match=r"(?s)broken\.py.*NameError"):
+        w.start()
+    assert not w.alive()
+
+
+def test_untrusted_answers_are_not_believed(tmp_path):
+    """A candidate runs inside the worker, so the worker's answers are untrusted: they are JSON
+    (never unpickled) and must be about the candidate that was sent."""
+    w = handle(tmp_path)
+    try:
+        forged = w.evaluate(cand("forge"), timeout_s=10)
+        assert forged.reason is Reason.WORKER_CRASH and "someone-else" in forged.detail
+        pickled = w.evaluate(cand("pickle"), timeout_s=10)
+        assert pickled.reason is Reason.WORKER_CRASH and not pickled.accepted
+        assert w.evaluate(cand("ok", 9), timeout_s=10).accepted
+    finally:
+        w.close()

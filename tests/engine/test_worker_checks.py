@@ -1,0 +1,217 @@
+"""The worker's checks after the gate, on the CPU: the kernel profile (reference fallback, no kernel
+of its own, its policy), the output of the profiled call, inputs changed by timed calls, spot
+checks of timed outputs, the replay with rotated contents, and the floor. A Session is assembled
+by hand on the CPU (host clock, synchronize stubbed); candidates are plain PyTorch and "launch"
+kernels by naming them in KERNELS, which the stubbed profiler returns."""
+import types
+
+import pytest
+import torch
+
+import evokernel.build.cache as extension_cache
+import evokernel.gate.run as gate_run
+import evokernel.engine.worker as worker
+from evokernel.config import EvalConfig, GateConfig, TimingConfig
+from evokernel.gate.reference import GateReference
+from evokernel.problem import exec_module
+from evokernel.records import Candidate, Reason
+from evokernel.engine.tamper import Tamper
+
+SOFTMAX = '''
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+def get_inputs():
+    return [torch.randn(8, 512)]
+def get_init_inputs():
+    return []
+'''
+ATEN_SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, "
+                "float const*, int)")
+OWN = "softmax_kernel(float const*, float*, long)"
+
+HEADER = '''
+import torch, torch.nn as nn
+def own_softmax(x):                 # "a kernel of its own"
+    KERNELS.append("softmax_kernel(float const*, float*, long)")
+    return x.softmax(1)
+'''
+
+HONEST = HEADER + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return own_softmax(x)
+'''
+FALLBACK = HEADER + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        KERNELS.append(ATEN_SOFTMAX)
+        return x.softmax(1)
+'''
+COMPOSED = HEADER + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        e = (x - x.amax(1, keepdim=True)).exp()
+        return e / e.sum(1, keepdim=True)
+'''
+DATA_PTR_CACHE = HEADER + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+    def forward(self, x):
+        key = (id(x), x.data_ptr())
+        if key not in self.cache:
+            self.cache[key] = own_softmax(x)
+        return self.cache[key].clone()
+'''
+STALE_AFTER = HEADER + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls, self.last = 0, None
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > LIMIT and self.last is not None:
+            return self.last.clone()
+        self.last = own_softmax(x)
+        return self.last
+'''
+MUTATES_LATER = HEADER + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+    def forward(self, x):
+        self.calls += 1
+        y = own_softmax(x)
+        if self.calls > LIMIT:
+            x.mul_(0.5)
+        return y
+'''
+CONTENT_CACHE = HEADER + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+    def forward(self, x):
+        key = tuple(x.reshape(-1)[:16].tolist())
+        if key not in self.cache:
+            self.cache[key] = own_softmax(x)
+        return self.cache[key].clone()
+'''
+
+
+def _load(source, name, cache_dir, arch):
+    mod = types.ModuleType(name)
+    mod.__dict__.update(KERNELS=_KERNELS, ATEN_SOFTMAX=ATEN_SOFTMAX, LIMIT=_LIMIT[0])
+    exec(compile(source, f"<candidate {name}>", "exec"), mod.__dict__)
+    return mod
+
+
+_KERNELS: list = []
+_LIMIT = [0]
+
+
+def _profile(call, device):
+    _KERNELS.clear()
+    call()
+    return [(k, 1.0) for k in _KERNELS]
+
+
+def _session(policy="reject", floor_ms=1e-9):
+    config = EvalConfig(gate=GateConfig(distributions=("problem", "offset"), seeds=(0, 1),
+                                        reference_fallback=policy),
+                        timing=TimingConfig(warmup_ms=1.0, min_trials=5, max_trials=8,
+                                            max_time_s=1.0), measure_compile=False)
+    s = object.__new__(worker.Session)
+    s.config, s.arch, s.device = config, "9.0", torch.device("cpu")
+    s.ref = GateReference.build(exec_module(SOFTMAX, "test_worker_checks_p", "<p>"),
+                                config.gate, "cpu")
+    s.timing_inputs = s.ref.timing_input_sets(3)
+    s.flusher, s.compile_ms, s._expected = None, None, {}
+    s.floor_ms, s.bound, s.flops, s.min_bytes = floor_ms, "memory", 0, 1
+    s.reference_kernels, s.main_kernels = [(ATEN_SOFTMAX, 10.0)], (ATEN_SOFTMAX,)
+    s.tamper = Tamper()
+    return s
+
+
+@pytest.fixture(autouse=True)
+def _stubs(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(extension_cache, "load_candidate", _load)
+    monkeypatch.setattr(gate_run, "profile_kernels", _profile)
+    _LIMIT[0] = 0
+
+
+def run(source, **kw):
+    return _session(**kw)._evaluate(Candidate(source=source))
+
+
+def test_honest_candidate_is_accepted():
+    r = run(HONEST)
+    assert r.accepted, r.detail
+    assert r.reference_ms and r.candidate_ms
+
+
+def test_reference_fallback_and_no_kernel_and_policy():
+    r = run(FALLBACK)
+    assert r.reason is Reason.REFERENCE_FALLBACK and "cunn_SoftMaxForward" in r.detail
+    assert any(f.startswith("reference_fallback:") for f in r.flags)
+    r = run(COMPOSED)
+    assert r.reason is Reason.NO_KERNEL_LAUNCHED
+    r = run(FALLBACK, policy="flag")
+    assert r.accepted and "flagged (reference_fallback)" in r.detail
+    assert any(f.startswith("reference_fallback:") for f in r.flags)
+
+
+def test_profiler_unavailable_skips_the_kernel_check(monkeypatch):
+    s = _session()
+    s.main_kernels = None
+    r = s._evaluate(Candidate(source=COMPOSED))
+    assert r.accepted and "profiler_unavailable" in r.flags
+
+
+def test_cache_keyed_on_the_tensor_is_caught():
+    r = run(DATA_PTR_CACHE)
+    assert r.reason is Reason.CACHED_OUTPUT, r.detail
+
+
+def test_stale_outputs_after_the_gate_are_caught():
+    # The gate makes 4 calls plus a re-run, the kernel check one: stale from the timed calls on.
+    _LIMIT[0] = 6
+    r = run(STALE_AFTER)
+    assert r.reason is Reason.CACHED_OUTPUT and "timing set" in r.detail, r.detail
+
+
+def test_stale_output_on_the_profiled_call_is_caught():
+    _LIMIT[0] = 5
+    r = run(STALE_AFTER)
+    assert r.reason is Reason.CACHED_OUTPUT and "new inputs" in r.detail, r.detail
+
+
+def test_inputs_mutated_by_timed_calls():
+    _LIMIT[0] = 6
+    r = run(MUTATES_LATER)
+    assert r.reason is Reason.INPUT_MUTATION and "timed calls" in r.detail, r.detail
+
+
+def test_a_content_keyed_cache_is_left_to_the_floor():
+    assert run(CONTENT_CACHE).accepted
+    r = run(CONTENT_CACHE, floor_ms=1e6)
+    assert r.reason is Reason.IMPOSSIBLE_SPEED, r.detail
+
+
+TAMPER_NO_MODEL = '''
+import time
+time.perf_counter = lambda: 0.0       # patched at import, then no ModelNew at all
+'''
+
+
+def test_tampering_on_an_early_exit_is_blamed_on_its_candidate():
+    s = _session()
+    bad = s.evaluate(Candidate(source=TAMPER_NO_MODEL))[0]
+    assert bad.reason is Reason.TIMER_TAMPERING and "time.perf_counter" in bad.detail
+    good, fatal = s.evaluate(Candidate(source=HONEST))
+    assert good.accepted and not fatal, good.detail

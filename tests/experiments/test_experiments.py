@@ -1,0 +1,112 @@
+"""The experiment scripts end to end on the CPU: the scripted LLM (litellm's mock_response) and
+the fake evaluator (evokernel/demo/fake_evaluator.py), so their logic is tested without a GPU."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.scripts import load_experiment
+
+common = load_experiment("common")
+ablation_branching = load_experiment("ablation_branching")
+headline = load_experiment("headline")
+from evokernel.demo.fake_evaluator import FakeEvaluator  # noqa: E402
+from evokernel.demo.scripted_llm import BROKEN  # noqa: E402
+
+from evokernel.problem import load_problem  # noqa: E402
+from evokernel.records import Candidate  # noqa: E402
+from evokernel.runs.store import RunStore  # noqa: E402
+
+FAKE = ["--mock", "--evaluator", "fake"]
+
+
+@pytest.fixture(autouse=True)
+def keep_logging(monkeypatch):
+    monkeypatch.setattr(common, "configure_logging", lambda verbose: None)
+
+
+def test_fake_evaluator_is_deterministic_and_names_failures():
+    problem = load_problem("softmax")
+    ev = FakeEvaluator(problem)
+    seed = Candidate(source=problem.seed_source)
+    a, b = ev.evaluate([seed]), FakeEvaluator(problem).evaluate([seed])
+    assert a == b and a[0].accepted and a[0].reference_ms == 1.064 and a[0].compile_ms == 0.872
+    assert a[0].pct_of_floor is not None and a[0].speedup > 0
+    broken = Candidate(source=problem.seed_source.replace('r"""', 'r"""\n' + BROKEN, 1))
+    no_code = Candidate(source="Sorry, no kernel today.")
+    assert [r.reason.value for r in ev.evaluate([broken, no_code])] == ["build_error", "no_code"]
+
+
+def test_headline_runs_every_problem_and_writes_the_table(tmp_path, capsys):
+    argv = FAKE + ["--problems", "softmax,matmul", "--generations", "2", "--population", "2",
+                   "--offspring", "2", "--ideas", "2", "--implementations", "1",
+                   "--run-root", str(tmp_path)]
+    summary = headline.main(argv)
+    rows = summary["problems"]
+    assert [r["problem"] for r in rows] == ["softmax", "matmul"]
+    for r in rows:
+        store = RunStore(r["run_dir"])
+        assert r["generations"] == 2 and r["stopped"] == "completed"
+        assert r["speedup_vs_eager"] == pytest.approx(store.best()[1].speedup)
+        assert r["speedup_vs_compile"] == pytest.approx(
+            r["compile_ms"] / r["kernel_ms"]) and r["pct_of_floor"] > 100
+        assert r["tokens"] > 0 and r["llm_calls"] > 0 and r["candidates"] > 1
+        assert {c.operator for c in store.candidates().values()} & {"idea", "crossover"}
+    md = (tmp_path / "summary.md").read_text()
+    assert "| softmax |" in md and "| matmul |" in md and "best vs torch.compile" in md
+    assert "NOT measurements" in md
+    assert json.loads((tmp_path / "summary.json").read_text())["problems"] == \
+        json.loads(json.dumps(rows, default=str))
+    # A second call resumes the finished runs: nothing new is sent or evaluated.
+    again = headline.main(argv)["problems"]
+    assert [(r["best_id"], r["tokens"], r["candidates"]) for r in again] == \
+        [(r["best_id"], r["tokens"], r["candidates"]) for r in rows]
+    with pytest.raises(SystemExit):
+        headline.main(FAKE + ["--problems", "nope", "--run-root", str(tmp_path / "x")])
+
+
+def test_ablation_runs_both_arms_under_the_same_budget(tmp_path):
+    budget = 300            # litellm's mock replies count 30 tokens a call: about 10 calls
+    data = ablation_branching.main(["softmax", *FAKE, "--budget-tokens", str(budget),
+                                    "--k", "2", "--m", "2", "--offspring", "2",
+                                    "--run-root", str(tmp_path)])
+    arms = {r["arm"]: r for r in data["arms"]}
+    assert set(arms) == {"sequential", "branching"}
+    for r in arms.values():
+        assert r["stopped"] == "budget"
+        assert budget <= r["tokens"] <= budget + 16 * 30     # at most the calls in flight over
+        gens = r["per_generation"]
+        assert [g["generation"] for g in gens] == list(range(len(gens)))
+        best = [g["best_speedup"] for g in gens]
+        assert best == sorted(best) and best[-1] == pytest.approx(r["best_speedup"])
+        assert all(g["tokens"] is not None for g in gens)
+        assert r["distinct_ideas"] >= 1 and r["candidates"] > 1
+        cands = RunStore(r["run_dir"]).candidates().values()
+        assert {c.operator for c in cands} <= {"seed", "idea", "repair"}
+    seq, branch = arms["sequential"], arms["branching"]
+    # sequential: one idea and one implementation per generation, so more, smaller generations
+    assert seq["generations"] > branch["generations"]
+    seq_gen = [c for c in RunStore(seq["run_dir"]).candidates().values() if c.operator == "idea"]
+    assert all(sum(c.generation == g for c in seq_gen) <= 1 for g in range(seq["generations"] + 1))
+    report = (tmp_path / "ablation.md").read_text()
+    assert "| sequential |" in report and "| branching |" in report
+    assert json.loads((tmp_path / "ablation.json").read_text())["budget_tokens"] == budget
+    with pytest.raises(SystemExit):
+        ablation_branching.main(["softmax", "--evaluator", "fake", "--budget-tokens", "10"])
+
+
+def test_headline_through_the_fake_server_and_litellms_http_path(tmp_path):
+    argv = ["--mock-server", "--evaluator", "fake", "--problems", "layernorm", "--generations",
+            "2", "--population", "2", "--offspring", "2", "--ideas", "2",
+            "--implementations", "1", "--run-root", str(tmp_path)]
+    row = headline.main(argv)["problems"][0]
+    store = RunStore(row["run_dir"])
+    calls = store.llm_calls()
+    sent = [c for c in calls if not c["cached"]]
+    assert sent and all(c["model"] == common.SERVER_MODEL and c["error"] is None for c in sent)
+    assert row["tokens"] == 150 * len(sent)             # the fake server's usage per reply
+    assert row["speedup_vs_eager"] and row["generations"] == 2
+    assert "fake OpenAI server" in (tmp_path / "summary.md").read_text()
+    # resumed with a new server (another port): the finished run is summarized again
+    assert headline.main(argv)["problems"][0]["tokens"] == row["tokens"]

@@ -1,0 +1,190 @@
+"""`evokernel suite`: fast_p and the geometric mean against hand-computed values, the table from
+the committed H200 check files, candidate lookup, and execution with stand-in evaluators."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from evokernel.cli.main import main
+from evokernel.config import EvalConfig, RunConfig
+from evokernel.problem import load_problem
+from evokernel.records import EvalResult, Reason, Verdict
+from evokernel.report.suite import (SuiteRow, aggregates, fast_p, geomean_speedup, missing_row,
+                             rows_from_checks, to_markdown)
+from evokernel.cli.suite_run import candidate_files, check_all, search_all, suite_problems
+
+H200 = Path(__file__).resolve().parents[2] / "results" / "h200-2026-11-30"
+
+
+def row(name, correct, kernel_ms, eager_ms=3.0, compile_ms=None):
+    return SuiteRow(problem=name, kernel=f"{name}.py", correct=correct,
+                    reason="ok" if correct else "wrong_function", eager_ms=eager_ms,
+                    compile_ms=compile_ms, kernel_ms=kernel_ms, floor_ms=0.5)
+
+
+# Five problems. Speedups vs eager (3.0 ms / kernel ms): A 3.0/1.2 = 2.5, B 3.0/2.5 = 1.2,
+# C 3.0/3.75 = 0.8, D would be 3.0 but is rejected, E has no candidate.
+# Vs compile (compile ms / kernel ms): A 1.8/1.2 = 1.5, B none measured, C 6.0/3.75 = 1.6.
+ROWS = [row("A", True, 1.2, compile_ms=1.8), row("B", True, 2.5),
+        row("C", True, 3.75, compile_ms=6.0), row("D", False, 1.0, compile_ms=9.0),
+        missing_row("E", "no candidate")]
+
+
+def test_fast_p_by_hand():
+    assert fast_p(ROWS, 0) == pytest.approx(3 / 5)          # correct: A, B, C
+    assert fast_p(ROWS, 1) == pytest.approx(2 / 5)          # 2.5, 1.2
+    assert fast_p(ROWS, 1.5) == pytest.approx(1 / 5)        # 2.5
+    assert fast_p(ROWS, 2) == pytest.approx(1 / 5)
+    assert fast_p(ROWS, 2.5) == 0.0                         # strictly faster than p
+    assert fast_p(ROWS, 1, "compile") == pytest.approx(2 / 5)    # A 1.5, C 1.6; B unknown
+    assert fast_p(ROWS, 1.5, "compile") == pytest.approx(1 / 5)  # only C: 1.5 is not > 1.5
+
+
+def test_geomean_is_over_correct_kernels_only():
+    assert geomean_speedup(ROWS) == pytest.approx((2.5 * 1.2 * 0.8) ** (1 / 3))  # 1.3389
+    assert geomean_speedup(ROWS) == pytest.approx(1.33887, abs=1e-5)
+    assert geomean_speedup(ROWS, "compile") == pytest.approx(math.sqrt(1.5 * 1.6))
+    assert geomean_speedup([missing_row("E", "x")]) is None
+
+
+def test_aggregates_and_errors():
+    agg = aggregates(ROWS)
+    assert agg["problems"] == 5 and agg["correct"] == 3
+    assert agg["fast_p"] == pytest.approx({"0": 0.6, "1": 0.4, "1.5": 0.2, "2": 0.2})
+    assert agg["correct_without_compile_ms"] == 1
+    assert ROWS[0].pct_of_floor == pytest.approx(240.0)     # 1.2 ms over a 0.5 ms floor
+    assert ROWS[3].speedup is None                           # rejected: no speedup
+    with pytest.raises(ValueError, match="empty"):
+        fast_p([], 1)
+    with pytest.raises(ValueError, match="baseline"):
+        fast_p(ROWS, 1, "tf32")
+
+
+def test_markdown_table():
+    md = to_markdown(ROWS, "hand")
+    assert "| A | A.py | yes | ok | 3.0000 | 1.8000 | 1.2000 | 2.500 | 1.500 | 240 |" in md
+    assert "| E | - | no | no candidate |" in md
+    assert "| fast_1.5 | 0.20 (1/5) | 0.20 (1/5) |" in md
+    assert "| geometric-mean speedup of correct kernels | 1.339 | 1.549 |" in md
+
+
+def test_table_from_the_committed_h200_checks():
+    rows = rows_from_checks(H200)
+    assert [r.problem for r in rows] == ["conv2d", "conv2d_relu_maxpool", "layernorm",
+                                         "matmul", "softmax"]
+    matmul = rows[3]
+    assert matmul.kernel == "problems/seeds/matmul.py" and matmul.correct  # not the fp16 cheat
+    speeds = {}
+    for f in H200.glob("check_*.json"):
+        k = json.loads(f.read_text())["kernels"][0]
+        speeds[k["kernel"]] = k["reference_ms"] / k["candidate_ms"]
+    assert {r.kernel: r.speedup for r in rows} == pytest.approx(speeds)
+    agg = aggregates(rows)
+    assert agg["fast_p"] == pytest.approx({"0": 1.0, "1": 0.2, "1.5": 0.2, "2": 0.2})
+    assert agg["geomean_speedup"] == pytest.approx(
+        math.prod(speeds.values()) ** (1 / 5))            # about 0.609
+    assert agg["correct_without_compile_ms"] == 1          # layernorm re-run without compile
+
+
+def test_cli_suite_from_checks(tmp_path, capsys):
+    out = tmp_path / "seeds"
+    assert main(["suite", "--from-checks", str(H200), "-o", str(out), "--title", "seeds",
+                 "softmax", "matmul"]) == 0
+    data = json.loads((tmp_path / "seeds.json").read_text())
+    assert data["aggregates"]["problems"] == 5 and len(data["rows"]) == 5
+    assert "| fast_1 | 0.20 (1/5) |" in (tmp_path / "seeds.md").read_text()
+    assert "written:" in capsys.readouterr().out
+
+
+def test_cli_suite_from_checks_counts_unchecked_problems(tmp_path):
+    folder = tmp_path / "checks"
+    folder.mkdir()
+    (folder / "check_softmax.json").write_text((H200 / "check_softmax.json").read_text())
+    assert main(["suite", "--from-checks", str(folder), "-o", str(tmp_path / "s"),
+                 "softmax", "layernorm"]) == 0
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert [r["problem"] for r in data["rows"]] == ["softmax", "layernorm"]
+    assert data["rows"][1]["reason"] == "no check file"
+    assert data["aggregates"]["fast_p"]["0"] == 0.5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+@pytest.mark.parametrize("extra", [[], ["--search"]])
+def test_cli_suite_without_gpu_says_so(extra, capsys, tmp_path):
+    assert main(["suite", "softmax", "-o", str(tmp_path / "s")] + extra) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "suite --from-checks" in err
+    assert not (tmp_path / "s.md").exists()
+
+
+def test_candidate_files_seed_folder_and_mapping(tmp_path):
+    problems = suite_problems(["softmax", "matmul"])
+    seeds = candidate_files(problems, None)
+    assert seeds["softmax"].name == "softmax.py" and seeds["softmax"].parent.name == "seeds"
+    (tmp_path / "softmax.py").write_text("class ModelNew: pass\n")
+    folder = candidate_files(problems, str(tmp_path))
+    assert folder == {"softmax": tmp_path / "softmax.py", "matmul": None}
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({"matmul": "softmax.py"}))
+    assert candidate_files(problems, str(mapping)) == {"softmax": None,
+                                                       "matmul": tmp_path / "softmax.py"}
+
+
+class StandIn:
+    """An evaluator that accepts each kernel at eager 2 ms / kernel 1 ms (or rejects it)."""
+
+    def __init__(self, problem, config, accept=True):
+        self.problem, self.accept = problem, accept
+        self.info = {"compile_ms": 4.0, "floor_ms": 0.25}
+
+    def evaluate(self, cands, on_result=None):
+        c = cands[0]
+        if self.accept:
+            return [EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                               reference_ms=2.0, candidate_ms=1.0)]
+        return [EvalResult.failure(c.id, Reason.LOWER_PRECISION, "fp16")]
+
+    def close(self):
+        pass
+
+
+def test_check_all_scores_each_problem(tmp_path):
+    problems = suite_problems(["softmax", "matmul", "layernorm"])
+    files = {"softmax": Path(problems[0].path.parent / "seeds" / "softmax.py"), "matmul": None,
+             "layernorm": Path(problems[2].path.parent / "seeds" / "layernorm.py")}
+    made = []
+
+    def make(problem, config):
+        made.append(problem.name)
+        return StandIn(problem, config, accept=problem.name == "softmax")
+    rows = check_all(problems, files, EvalConfig(), make_evaluator=make)
+    assert made == ["softmax", "layernorm"]                  # no candidate: nothing to run
+    assert [(r.problem, r.correct, r.reason) for r in rows] == [
+        ("softmax", True, "ok"), ("matmul", False, "no candidate"),
+        ("layernorm", False, "lower_precision")]
+    assert rows[0].speedup == 2.0 and rows[0].compile_speedup == 4.0
+    assert rows[0].pct_of_floor == 400.0
+    assert fast_p(rows, 1) == pytest.approx(1 / 3)
+
+
+def test_search_all_scores_each_best(tmp_path):
+    from tests.support.runstores import build_crossover_run
+    problems = [load_problem("softmax"), load_problem("matmul")]
+    build_crossover_run(tmp_path / "runs" / "softmax", pending=False)
+
+    class Result:
+        def __init__(self, best, path):
+            self.best, self.best_path = best, path
+
+    def run(problem, cfg):
+        assert cfg.run_dir == str(tmp_path / "runs" / problem.name)
+        if problem.name == "matmul":
+            return Result(None, None)
+        from evokernel.runs.store import RunStore
+        return Result(RunStore(cfg.run_dir, read_only=True).best(), Path(cfg.run_dir) / "b.py")
+    rows = search_all(problems, RunConfig(), tmp_path / "runs", run=run)
+    assert [(r.problem, r.correct, r.reason) for r in rows] == [
+        ("softmax", True, "ok"), ("matmul", False, "no kernel accepted")]
+    assert rows[0].speedup == 4.0 and rows[0].compile_speedup == 2.0   # compile_ms from meta

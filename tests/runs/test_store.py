@@ -1,0 +1,63 @@
+"""The run store: records round-trip, a live run can be read, a second create is refused."""
+import pytest
+
+from evokernel.config import RunConfig, SearchConfig
+from evokernel.errors import ConfigError
+from evokernel.problem import Problem
+from evokernel.records import Candidate, ErrorCheck, EvalResult, Reason, Verdict
+from evokernel.runs.store import RunStore
+
+
+def make(tmp_path):
+    prob = Problem(name="p", path=tmp_path / "p.py", source="# reference\n")
+    cfg = RunConfig(run_dir=str(tmp_path / "run"), search=SearchConfig(population_size=2))
+    return RunStore.create(tmp_path / "run", cfg, prob), cfg
+
+
+def test_records_round_trip(tmp_path):
+    store, cfg = make(tmp_path)
+    seed = Candidate(source="class ModelNew: pass  # seed\n", idea="seed", operator="seed")
+    child = Candidate(source="class ModelNew: pass  # child\n", idea="use float4 loads",
+                      parent_ids=(seed.id,), operator="idea", generation=1)
+    check = ErrorCheck("offset", 0, 1e-6, 2e-5, 1e-7, 1e-6, 10.0, 20.0, False)
+    bad = EvalResult.failure(child.id, Reason.UNSTABLE_DISTRIBUTION, "offset: norm 10x",
+                             distribution="offset", seed=0, norm_error_ratio=10.0,
+                             max_error_ratio=20.0, tolerance_factor=16.0, checks=(check,),
+                             flags=("fp16:__half",), build_s=3.5)
+    good = EvalResult(candidate_id=seed.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                      reference_ms=2.0, candidate_ms=1.0, floor_ms=0.25)
+    for c in (seed, child):
+        store.add_candidate(c)
+    store.add_result(good)
+    store.add_result(bad)
+    store.end_generation(0, [seed.id], seed.id, 2.0, 1, 1, rng_state=[3, [1, 2], None])
+    store.record_llm_call({"purpose": "ideas", "prompt_tokens": 10, "completion_tokens": 5,
+                           "cost_usd": 0.01, "cached": False})
+    store.record_llm_call({"purpose": "implement", "prompt_tokens": 7, "completion_tokens": 3,
+                           "cost_usd": 0.5, "cached": True})
+
+    again = RunStore(tmp_path / "run")           # a reader, as `evokernel show` on a live run
+    assert again.candidates() == {seed.id: seed, child.id: child}
+    assert again.results() == {seed.id: good, child.id: bad}
+    assert again.results()[seed.id].speedup == 2.0 and again.results()[seed.id].pct_of_floor == 400
+    assert again.config() == cfg
+    assert again.generations()[0]["population"] == [seed.id]
+    usage = again.llm_usage()
+    assert usage["calls"] == 2 and usage["prompt_tokens"] == 10 and usage["cached"] == 1
+    assert usage["cost_usd"] == pytest.approx(0.01)
+    assert again.best() == (seed, good)
+    out = again.export_best()
+    assert out.read_text().endswith(seed.source) and "2.000x" in out.read_text()
+
+
+def test_create_twice_is_refused_and_open_needs_a_run(tmp_path):
+    make(tmp_path)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        make(tmp_path)
+    with pytest.raises(ConfigError, match="not a run directory"):
+        RunStore(tmp_path / "elsewhere")
+
+
+def test_failure_speedup_is_zero_not_nan():
+    r = EvalResult.failure("x", Reason.TIMEOUT, "hang")
+    assert r.speedup == 0.0 and r.compile_speedup == 0.0 and r.pct_of_floor is None
