@@ -27,3 +27,9 @@ class BudgetExceeded(LLMError):
 
 class NoGPUError(ConfigError):
     """The command needs a CUDA GPU and none is visible."""
+
+
+class LLMPending(LLMError):
+    """Batch mode (``--llm-batch``): the request was written out for a batch API instead of being
+    sent, and its reply is not in the reply cache yet. The search stops cleanly before evaluating
+    the generation; ``evokernel llm import`` fills the cache and ``--resume`` goes on."""

@@ -121,12 +121,47 @@ class ErrorCheck:
 
 
 @dataclass(frozen=True)
+class KernelTime:
+    """One GPU kernel (or copy) of a profiled candidate call (torch.profiler, CUPTI).
+
+    name: the demangled kernel name; stream: the CUDA stream id the profiler reports (7 is the
+    default stream on an H200 with torch 2.11); gpu_us: its device time in microseconds, summed
+    over ``launches`` launches of the same name on the same stream; own: True when the kernel
+    is the candidate's (not PyTorch's, cuBLAS's or cuDNN's; evokernel.gate.fallback).
+    """
+
+    name: str
+    stream: int
+    gpu_us: float
+    launches: int = 1
+    own: bool = True
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ``ptxas -v`` reports for one compiled kernel (per-thread registers, spill bytes, and
+    per-block shared memory and stack, all in bytes except registers)."""
+
+    name: str
+    registers: int
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """The verdict on one candidate, with the numbers behind it.
 
     Times are medians in milliseconds of interleaved trials with an L2 flush before each
     (evokernel.timing.interleaved). ``reference_ms`` is PyTorch eager with TF32 off, ``compile_ms`` is
-    ``torch.compile`` (default mode), ``floor_ms`` the physical floor (evokernel.timing.floor).
+    ``torch.compile`` (default mode), ``floor_ms`` the memory floor: the problem's minimum bytes
+    over the measured copy bandwidth, the one physical bound (evokernel.timing.floor).
+    ``compute_floor_ms`` is the reference algorithm's FLOPs over the measured FP32 rate: a
+    compute reference shown beside it, never a reason to reject (a kernel may do less work).
+    ``kernels`` holds the per-kernel GPU times of one profiled call; ``resources`` the
+    ``ptxas -v`` report of the candidate's kernels, when known.
     Error ratios are the worst over all checks; ``tolerance_factor`` is the bound they must meet.
     ``eval_s`` is the wall seconds the GPU worker spent on the candidate (load, gate, anti-cheat
     checks, timing); ``time_s`` the part of it in the timing loop (reference and candidate
@@ -146,12 +181,15 @@ class EvalResult:
     candidate_ms: float | None = None
     compile_ms: float | None = None
     floor_ms: float | None = None
+    compute_floor_ms: float | None = None
     build_s: float | None = None
     eval_s: float | None = None
     time_s: float | None = None
     checks: tuple[ErrorCheck, ...] = ()
     flags: tuple[str, ...] = ()
     log: str = ""                       # compiler output or traceback tail, when there is one
+    kernels: tuple[KernelTime, ...] = ()
+    resources: tuple[KernelResources, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -175,7 +213,8 @@ class EvalResult:
 
     @property
     def pct_of_floor(self) -> float | None:
-        """candidate_ms as a percentage of floor_ms: 100 means at the physical floor."""
+        """candidate_ms as a percentage of floor_ms, the memory floor: 100 means the kernel moves
+        its minimum bytes at the measured copy bandwidth."""
         if not self.candidate_ms or not self.floor_ms:
             return None
         return 100.0 * self.candidate_ms / self.floor_ms
@@ -186,6 +225,8 @@ class EvalResult:
         d["reason"] = self.reason.value
         d["checks"] = [dataclasses.asdict(c) for c in self.checks]
         d["flags"] = list(self.flags)
+        d["kernels"] = [dataclasses.asdict(k) for k in self.kernels]
+        d["resources"] = [dataclasses.asdict(r) for r in self.resources]
         return d
 
     @classmethod
@@ -195,6 +236,8 @@ class EvalResult:
         d["reason"] = Reason(d["reason"])
         d["checks"] = tuple(ErrorCheck(**c) for c in d.get("checks", ()))
         d["flags"] = tuple(d.get("flags", ()))
+        d["kernels"] = tuple(KernelTime(**k) for k in d.get("kernels", ()))
+        d["resources"] = tuple(KernelResources(**r) for r in d.get("resources", ()))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

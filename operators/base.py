@@ -22,12 +22,36 @@ if TYPE_CHECKING:  # evokernel.llm.client imports litellm; only its type is need
 
 @dataclass(frozen=True)
 class Attempt:
-    """One idea already tried, and how it did: for the idea prompt's history."""
+    """One idea already tried, and how it did: for the prompts' history.
+
+    Attributes:
+        idea: the idea text ("" when none was stated).
+        operator: the operator that made the candidate ("idea", "crossover", "tune", ...).
+        speedup: its fitness (speedup over the run's baseline); 0.0 when rejected.
+        reason: its Reason value ("ok" when accepted).
+        parent_speedup: the fitness of its (first) parent, when it has one; the gain over the
+            parent is ``speedup / parent_speedup``.
+        detail: the verdict's detail for a rejection (the reason's numbers: error ratios and the
+            distribution that decided, the build error's first line, ...); "" when accepted.
+        candidate_id: the candidate's id ("" when unknown).
+        generation: the generation it was made in.
+    """
 
     idea: str
     operator: str
     speedup: float          # 0.0 when rejected
     reason: str             # Reason value ("ok" when accepted)
+    parent_speedup: float | None = None
+    detail: str = ""
+    candidate_id: str = ""
+    generation: int = 0
+
+    @property
+    def gain(self) -> float | None:
+        """speedup / parent_speedup for an accepted child of an accepted parent, else None."""
+        if self.reason != "ok" or not self.parent_speedup:
+            return None
+        return self.speedup / self.parent_speedup
 
 
 @dataclass
@@ -45,6 +69,16 @@ class SearchContext:
         device: GPU properties for prompts (name, sm_count, shared_mem_per_block_kb, l2_mb,
             bandwidth_gbs, ...), or {} when unknown.
         ideas_per_call, implementations_per_idea: the idea mutation's k and m.
+        lineage: the attempts of this call's parent's lineage (its ancestors and their other
+            children), oldest first; ``history`` holds every lineage's.
+        inspirations: accepted kernels from other lineages (an archive's elites) with their
+            results, for the prompt to learn from; () when there are none.
+        category: the idea category assigned to this call (operators.prompts.CATEGORY_KEYS),
+            so that the calls of a generation ask for different kinds of ideas; None: any.
+        taken_ideas: ideas already proposed in this generation, which this call must not repeat.
+        call_index: this call's index among the generation's calls (0, 1, ...), sent to the model
+            so that no two requests of a generation are identical.
+        candidate_form: the candidate form the run prefers: "load_inline", "nvrtc" or "any".
     """
 
     problem: Problem
@@ -57,6 +91,12 @@ class SearchContext:
     device: Mapping[str, Any] = field(default_factory=dict)
     ideas_per_call: int = 3
     implementations_per_idea: int = 2
+    lineage: Sequence[Attempt] = ()
+    inspirations: Sequence[tuple[Candidate, EvalResult]] = ()
+    category: str | None = None
+    taken_ideas: Sequence[str] = ()
+    call_index: int = 0
+    candidate_form: str = "load_inline"
 
     def child(self, source: str, *, idea: str, parents: Sequence[Candidate],
               operator: str) -> Candidate:
