@@ -148,7 +148,7 @@ def evaluate(fixtures: list[Fixture], config: Any, out: Path, prebuild: bool = T
     import torch
 
     from evokernel.build.builder import Builder, device_arch
-    from evokernel.engine.evaluator import CudaEvaluator
+    from evokernel.engine.factory import make_evaluator
     from evokernel.timing.floor import measure_peaks
     from evokernel.problem import load_problem
     from evokernel.records import Candidate
@@ -172,7 +172,7 @@ def evaluate(fixtures: list[Fixture], config: Any, out: Path, prebuild: bool = T
 
     def set_up(problem_path: Path) -> tuple[Any, float]:
         t0 = time.perf_counter()
-        ev = CudaEvaluator(load_problem(problem_path), config, log_dir=out / "logs")
+        ev = make_evaluator(load_problem(problem_path), config, log_dir=out / "logs")
         return ev, time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -50,7 +50,7 @@ def format_result(res) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     import json
 
-    from evokernel.engine.evaluator import CudaEvaluator
+    from evokernel.engine.factory import make_evaluator
     from evokernel.problem import load_problem
     from evokernel.records import Candidate
 
@@ -63,7 +63,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     _require_gpu()
     cands = [Candidate(source=src, idea=f"file {k}", operator="check")
              for k, src in zip(kernels, sources)]
-    evaluator = CudaEvaluator(problem, config)
+    evaluator = make_evaluator(problem, config)
     try:
         results = evaluator.evaluate(cands)
     finally:

@@ -132,7 +132,7 @@ def _explicit_run_flags(args: argparse.Namespace) -> list[str]:
 def _run_with_progress(problem, config, *, resume: bool, verbose: bool):
     """Run one search with the live progress display (plain lines when stdout is not a
     terminal); loguru prints above the display while it is live."""
-    from evokernel.engine.evaluator import CudaEvaluator
+    from evokernel.engine.factory import make_evaluator
     from evokernel.cli.progress import ProgressEvaluator, SearchProgress
     from evokernel.search.evolution import Evolution
 
@@ -141,7 +141,7 @@ def _run_with_progress(problem, config, *, resume: bool, verbose: bool):
         generations=config.search.generations, max_tokens=config.llm.max_total_tokens,
         max_cost_usd=config.llm.max_cost_usd, baseline=config.evaluation.baseline,
         usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
-    evaluator = ProgressEvaluator(lambda: CudaEvaluator(problem, config.evaluation), progress)
+    evaluator = ProgressEvaluator(lambda: make_evaluator(problem, config.evaluation), progress)
     evo = Evolution(problem, config, evaluator=evaluator,
                     on_generation=progress.generation_done)
     first = 0

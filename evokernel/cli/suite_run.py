@@ -80,8 +80,8 @@ def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config
         NoGPUError: no CUDA GPU (from the evaluator).
     """
     if make_evaluator is None:
-        from evokernel.engine.evaluator import CudaEvaluator
-        make_evaluator = CudaEvaluator
+        from evokernel.engine import factory
+        make_evaluator = factory.make_evaluator
     rows = []
     for p in problems:
         f = files.get(p.name)

@@ -167,7 +167,7 @@ def poison_free_memory(device: torch.device, out_nbytes: list[int]) -> None:
     torch.cuda.synchronize(device)
 
 
-def _text(e: BaseException) -> str:
+def error_text(e: BaseException) -> str:
     """The exception's type and the first line of its message, lower case. Only the first line:
     PyTorch appends advice to every CUDA error ("Compile with `TORCH_USE_CUDA_DSA` to enable
     device-side assertions"), which must not read as a device-side assert."""
@@ -177,13 +177,13 @@ def _text(e: BaseException) -> str:
 
 def is_launch_error(e: BaseException) -> bool:
     """A CUDA launch-configuration error (LAUNCH_ERRORS): the context stays usable."""
-    text = _text(e)
+    text = error_text(e)
     return ("cuda" in text or "accelerator" in text) and any(s in text for s in LAUNCH_ERRORS)
 
 
 def is_sticky(e: BaseException) -> bool:
     """A CUDA error after which the context is unusable (STICKY_ERRORS)."""
-    return any(s in _text(e) for s in STICKY_ERRORS)
+    return any(s in error_text(e) for s in STICKY_ERRORS)
 
 
 def exception_reason(e: BaseException) -> Reason:

@@ -173,9 +173,9 @@ class Evolution:
             self.llm.on_usage = store.record_llm_call   # a client passed in: record its calls
         owns_evaluator = self.evaluator is None
         if self.evaluator is None:
-            from evokernel.engine.evaluator import CudaEvaluator
+            from evokernel.engine.factory import make_evaluator
             try:
-                self.evaluator = CudaEvaluator(problem, cfg.evaluation)
+                self.evaluator = make_evaluator(problem, cfg.evaluation)
             except BaseException:
                 _discard_if_empty(store, run_dir, created)
                 raise

@@ -10,7 +10,7 @@ import torch
 
 import evokernel.build.cache as extension_cache
 import evokernel.gate.run as gate_run
-import evokernel.engine.worker as worker
+import evokernel.engine.session as session_mod
 from evokernel.config import EvalConfig, GateConfig, TimingConfig
 from evokernel.gate.reference import GateReference
 from evokernel.problem import exec_module
@@ -125,7 +125,7 @@ def _session(policy="reject", floor_ms=1e-9):
                                         reference_fallback=policy),
                         timing=TimingConfig(warmup_ms=1.0, min_trials=5, max_trials=8,
                                             max_time_s=1.0), measure_compile=False)
-    s = object.__new__(worker.Session)
+    s = object.__new__(session_mod.Session)
     s.config, s.arch, s.device = config, "9.0", torch.device("cpu")
     s.ref = GateReference.build(exec_module(SOFTMAX, "test_worker_checks_p", "<p>"),
                                 config.gate, "cpu")
@@ -146,7 +146,7 @@ def _stubs(monkeypatch):
 
 
 def run(source, **kw):
-    return _session(**kw)._evaluate(Candidate(source=source))
+    return _session(**kw).judge(Candidate(source=source))
 
 
 def test_honest_candidate_is_accepted():
@@ -169,7 +169,7 @@ def test_reference_fallback_and_no_kernel_and_policy():
 def test_profiler_unavailable_skips_the_kernel_check(monkeypatch):
     s = _session()
     s.main_kernels = None
-    r = s._evaluate(Candidate(source=COMPOSED))
+    r = s.judge(Candidate(source=COMPOSED))
     assert r.accepted and "profiler_unavailable" in r.flags
 
 

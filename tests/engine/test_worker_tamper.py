@@ -7,7 +7,7 @@ import pytest
 
 from evokernel.records import Reason
 from evokernel.engine.tamper import Tamper as _Tamper  # noqa: N814
-from evokernel.engine.worker import classify_exception
+from evokernel.engine.faults import classify_exception
 
 
 def run_as_candidate(code: str) -> None:

@@ -21,7 +21,7 @@ from evokernel.gate.reference import (GateReference, match_constant_parameters,
 from evokernel.gate.run import exception_reason, is_launch_error, is_sticky
 from evokernel.problem import exec_module
 from evokernel.records import Reason, Verdict
-from evokernel.engine.worker import classify_exception
+from evokernel.engine.faults import classify_exception
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -376,7 +376,7 @@ def test_spot_tolerance_and_distance():
 
 
 def test_worker_stale_output_detection():
-    from evokernel.engine.worker import _stale
+    from evokernel.engine.outputs import stale_outputs as _stale
     expected = [(torch.randn(10, 10),), (torch.randn(10, 10),)]
     assert _stale({0: expected[0][0].clone(), 1: expected[1][0]}, expected, 1e-5, "set") == ""
     why = _stale({0: expected[1][0].clone()}, expected, 1e-5, "the output on timing set")

@@ -132,13 +132,13 @@ def test_a_torch_compile_failure_gives_none_and_a_logged_traceback(monkeypatch, 
 
 
 def test_the_worker_reads_its_compile_baseline_through_the_cache(monkeypatch, tmp_path):
-    """Worker._compile_baseline on CPU: the second worker of the same problem does not time
+    """Session.compile_baseline on CPU: the second worker of the same problem does not time
     torch.compile again."""
     import types
 
     import torch
 
-    from evokernel.engine.worker import Session
+    from evokernel.engine.session import Session
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
     measured = []
     monkeypatch.setattr("evokernel.timing.baselines.measure_compile_baseline",
@@ -146,8 +146,8 @@ def test_the_worker_reads_its_compile_baseline_through_the_cache(monkeypatch, tm
     state = types.SimpleNamespace(config=EvalConfig(cache_dir=str(tmp_path)), device="cpu",
                                   ref=types.SimpleNamespace(model=None), timing_inputs=[],
                                   flusher=None)
-    assert Session._compile_baseline(state, SOURCE) == 0.5
-    assert Session._compile_baseline(state, SOURCE) == 0.5
+    assert Session.compile_baseline(state, SOURCE) == 0.5
+    assert Session.compile_baseline(state, SOURCE) == 0.5
     assert len(measured) == 1
 
 

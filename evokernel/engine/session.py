@@ -1,0 +1,171 @@
+"""The GPU worker's per-problem state (``Session``): the reference and its float64 truths, the
+timing input sets, the floor and baselines, the reference's kernel profile; and the stages every
+candidate goes through (evokernel.engine.stages), run by ``Session.evaluate``.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from evokernel.config import EvalConfig
+from evokernel.engine.faults import classify_exception, tail
+from evokernel.engine.outputs import context_error
+from evokernel.engine.pipeline import Stage, Trial, run_stages, with_fields
+from evokernel.engine.stages import DEFAULT_STAGES
+from evokernel.engine.tamper import Tamper
+from evokernel.records import Candidate, EvalResult, Reason
+
+
+class Session:
+    """One problem's state in this worker: reference, cached truths, baselines and floor, the
+    reference's main kernels (for the reference-fallback check) and its outputs on the timing
+    sets (for the spot checks of timed outputs); and the stages a candidate goes through
+    (evokernel.engine.stages.DEFAULT_STAGES).
+
+    Raises (at construction): whatever setting up the problem raises (a bad problem, no GPU, a
+    spin that cannot run); the worker reports it as a set-up error."""
+
+    #: The stages every candidate goes through, in order.
+    stages: tuple[Stage, ...] = DEFAULT_STAGES
+
+    def __init__(self, problem: dict[str, Any], config: EvalConfig, arch: str):
+        import torch
+        from evokernel.timing import floor as floor_mod
+        from evokernel.gate.judge import strict_fp32
+        from evokernel.gate.reference import GateReference
+        from evokernel.problem import exec_module
+        from evokernel.timing.interleaved import L2Flusher
+
+        self.config, self.arch = config, arch
+        self.device = torch.device("cuda", 0)
+        torch.cuda.set_device(self.device)
+        self.problem_name = problem["name"]
+        self.module = exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
+                                  problem["path"])
+        declared = tuple(problem["distributions"]) if problem.get("distributions") else None
+        with strict_fp32():
+            self.ref = GateReference.build(self.module, config.gate, self.device, declared)
+        self.timing_inputs = self.ref.timing_input_sets(3)
+        self.flusher = L2Flusher(self.device)
+        if config.timing.hide_host_ms > 0:      # compiled and launched now: fails at set-up
+            from evokernel.timing.spin import DeviceSpin
+            DeviceSpin.get(self.device, config.timing.hide_host_ms)
+        self.peaks = floor_mod.measure_peaks(self.device, config.cache_path)
+        inputs = self.timing_inputs[0]
+        with strict_fp32(), torch.no_grad():
+            outputs = self.ref.model(*inputs)
+        params = list(self.ref.model.parameters()) + list(self.ref.model.buffers())
+        self.flops = floor_mod.count_flops(self.ref.model, inputs)
+        self.min_bytes = floor_mod.min_bytes(list(inputs) + params, outputs)
+        self.floor_ms, self.bound = floor_mod.floor_ms(self.flops, self.min_bytes, self.peaks)
+        del outputs
+        # A respawned worker reuses its first incarnation's torch.compile time, so every
+        # candidate of a run is compared with the same baseline measurement.
+        self.compile_ms = (problem["compile_ms"] if problem.get("compile_ms") is not None
+                           else self.compile_baseline(problem["source"]) if config.measure_compile
+                           else None)
+        self.reference_kernels, self.main_kernels = self._profile_reference()
+        self._expected: dict[int, list[tuple[Any, ...]]] = {}
+        self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)
+        props = torch.cuda.get_device_properties(self.device)
+        self.info = {
+            "device": props.name, "sm_count": props.multi_processor_count,
+            "l2_mb": round(props.L2_cache_size / 2**20, 1),
+            "total_memory_gb": round(props.total_memory / 2**30, 1),
+            "shared_mem_per_block_optin_kb": getattr(props, "shared_memory_per_block_optin", 0)
+            // 1024,
+            "capability": f"{props.major}.{props.minor}", "arch": arch,
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "copy_gbs": self.peaks.copy_gbs, "fp32_tflops": self.peaks.fp32_tflops,
+            "tf32_tflops": self.peaks.tf32_tflops, "bf16_tflops": self.peaks.bf16_tflops,
+            "flops": self.flops, "min_bytes": self.min_bytes, "floor_ms": self.floor_ms,
+            "floor_bound": self.bound, "compile_ms": self.compile_ms,
+            "skipped_distributions": dict(self.ref.skipped),
+            "perturbed_parameters": list(self.ref.perturbed),
+            "reference_main_kernels": (None if self.main_kernels is None
+                                       else list(self.main_kernels)),
+        }
+
+    def _profile_reference(self) -> tuple[list[tuple[str, float]] | None,
+                                          tuple[str, ...] | None]:
+        """The kernels of one reference call on timing set 0 (after a warm-up call) and the
+        main ones among them (evokernel.gate.fallback.main_kernels); (None, None) when the profiler
+        is unavailable, which turns the reference-fallback check off (flag
+        "profiler_unavailable" on every candidate)."""
+        import torch
+        from evokernel.gate.fallback import main_kernels
+        from evokernel.gate.judge import strict_fp32
+        from evokernel.gate.run import profile_kernels
+        inputs = self.timing_inputs[0]
+        try:
+            with strict_fp32(), torch.no_grad():
+                self.ref.model(*inputs)
+                kernels = profile_kernels(lambda: self.ref.model(*inputs), self.device)
+        except Exception:  # noqa: BLE001 -- no profile: the check is skipped, not the problem
+            print("profiling the reference failed:\n" + traceback.format_exc(), flush=True)
+            return None, None
+        if not kernels:
+            return None, None
+        return kernels, main_kernels(kernels)
+
+    def expected_outputs(self, gate_ref: Any) -> list[tuple[Any, ...]]:
+        """PyTorch's strict-FP32 outputs on each timing set, from ``gate_ref``'s model (the one
+        the candidate is judged against), computed once per reference."""
+        import torch
+        from evokernel.gate.judge import strict_fp32
+        key = id(gate_ref)
+        if key not in self._expected:
+            outs = []
+            with strict_fp32(), torch.no_grad():
+                for inputs in self.timing_inputs:
+                    raw = gate_ref.model(*inputs)
+                    raw = (raw,) if isinstance(raw, torch.Tensor) else tuple(raw)
+                    outs.append(tuple(o.detach().clone() for o in raw))
+            self._expected[key] = outs
+        return self._expected[key]
+
+    def compile_baseline(self, problem_source: str) -> float | None:
+        """torch.compile (default mode) median ms, timed interleaved with eager (TF32 off), from
+        the cache when this problem, GPU, torch/CUDA and settings were measured before
+        (evokernel.timing.baselines)."""
+        import torch
+        from evokernel.timing import baselines
+        key = baselines.baseline_key(problem_source, torch.cuda.get_device_name(self.device),
+                                     torch.__version__, torch.version.cuda, self.config)
+        return baselines.cached_compile_ms(
+            self.config.cache_path, key,
+            lambda: baselines.measure_compile_baseline(self.ref.model, self.timing_inputs,
+                                                       self.config, self.device, self.flusher))
+
+    def evaluate(self, cand: Candidate) -> tuple[EvalResult, bool]:
+        """Run the stages on one candidate, then the checks that must follow any candidate.
+        Returns (result, fatal): fatal when the CUDA context is gone and this process must not
+        run anything else. Never raises for a bad candidate: an exception of its code becomes
+        a reason (evokernel.engine.faults.classify_exception)."""
+        t0 = time.perf_counter()
+        try:
+            result = self.judge(cand)
+            fatal = result.reason is Reason.CUDA_FAULT   # the gate caught a sticky error
+        except Exception as e:
+            reason, fatal = classify_exception(e)
+            result = EvalResult.failure(cand.id, reason, f"{type(e).__name__}: {e}"[:2000],
+                                        log=tail(traceback.format_exc()))
+        tampered = self.tamper.check()   # always: restores timers, and blames the right one
+        if tampered and result.reason not in (Reason.TIMER_TAMPERING, Reason.THREADS):
+            result = EvalResult.failure(cand.id, tampered[0], tampered[1], log=result.log)
+        if not fatal:
+            # The context was healthy before this candidate; if it is broken now, this
+            # candidate broke it (an asynchronous fault that surfaced late), not the next one.
+            broken = context_error(self.device)
+            if broken is not None:
+                fatal = True
+                result = EvalResult.failure(
+                    cand.id, Reason.CUDA_FAULT, f"the CUDA context is broken after this "
+                    f"candidate: {broken}"[:2000], log=result.log)
+        return with_fields(result, eval_s=time.perf_counter() - t0), fatal
+
+    def judge(self, cand: Candidate) -> EvalResult:
+        """The stages alone (``self.stages``, in order; the first verdict names the reason).
+        Raises: what a stage raises for a fault of the candidate's code (see ``evaluate``)."""
+        return run_stages(self.stages, self, Trial(candidate=cand))

@@ -1,0 +1,285 @@
+"""The stages of a candidate's evaluation in the GPU worker, in order (``DEFAULT_STAGES``).
+
+Each stage is a small class with a ``name``; calling it with the session and the trial returns
+None (the candidate goes on) or its EvalResult (evokernel.engine.pipeline). In order:
+
+=============  ==========================================================  =====================
+stage          what it does                                                 reasons it can return
+=============  ==========================================================  =====================
+load           scan the source, import the module (its extension is         no_code, load_error
+               built), make ``ModelNew`` with the reference's parameters
+gate           the precision gate on every input set (evokernel.gate)       (records the outcome)
+tamper         timers patched, threads or processes started, evokernel's    timer_tampering,
+               own code changed (evokernel.engine.tamper)                   threads
+gate_verdict   the gate's verdict                                           the gate's reasons
+kernels        one profiled call on new inputs: its output, and whose        cached_output,
+               kernels did the work (evokernel.gate.fallback)               reference_fallback,
+                                                                            no_kernel_launched
+tamper         as above
+time           reference and candidate interleaved (evokernel.timing)      (records the times)
+tamper         as above
+side_stream    whole-device time against the event time                     side_stream
+inputs         the timed calls left their inputs alone                      input_mutation
+outputs        timed outputs are the outputs for their inputs; a replay     cached_output
+               with the contents rotated under the same tensors
+floor          faster than the physical floor                               impossible_speed
+accept         the accepted result and its detail                           ok
+=============  ==========================================================  =====================
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from evokernel.build import cache as build_cache
+from evokernel.engine import outputs as out
+from evokernel.engine.faults import classify_exception, tail
+from evokernel.engine.pipeline import Stage, Trial, WorkerState
+from evokernel.gate import fallback
+from evokernel.gate import maths as gm
+from evokernel.gate import run as gate_run
+from evokernel.gate.judge import gate_candidate
+from evokernel.gate.scan import scan_source
+from evokernel.records import EvalResult, Reason, Verdict
+from evokernel.timing.floor import impossible
+from evokernel.timing.interleaved import side_stream_suspect, time_interleaved
+
+
+
+class Load:
+    """Scan the source (flags only), import the candidate module (its load_inline extension
+    comes from the build cache), and make ``ModelNew`` with the reference's parameters
+    (GateReference.prepare_candidate). NO_CODE without ``ModelNew``; LOAD_ERROR when the import
+    or the constructor raises; a sticky CUDA error is raised for the session to handle."""
+
+    name = "load"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        t.add_flags(scan_source(t.candidate.source))
+        try:
+            module = build_cache.load_candidate(t.candidate.source,
+                                                f"evokernel_cand_{t.candidate.id}",
+                                                s.config.cache_path, s.arch)
+            if not hasattr(module, "ModelNew"):
+                return t.reject(Reason.NO_CODE, "the module defines no ModelNew")
+            t.model_new, t.gate_ref = s.ref.prepare_candidate(module.ModelNew)
+        except Exception as e:
+            reason, fatal = classify_exception(e)
+            if fatal:
+                raise
+            if reason is Reason.RUNTIME_ERROR:
+                reason = Reason.LOAD_ERROR
+            return t.reject(reason, f"{type(e).__name__}: {e}"[:2000],
+                            log=tail(traceback.format_exc()))
+        return None
+
+
+class Gate:
+    """The precision gate (evokernel.gate.judge.gate_candidate) on every cached input set; records
+    its outcome, error checks and ratios on the trial (the verdict comes in GateVerdict, after the
+    tamper check, so that a patched timer is named before a gate failure it caused)."""
+
+    name = "gate"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        with gate_run.strict_fp32(), torch.no_grad():
+            outcome = gate_candidate(t.gate_ref, t.model_new, t.candidate.source)
+        t.outcome = outcome
+        t.fields.update(checks=outcome.checks, norm_error_ratio=outcome.norm_error_ratio,
+                        max_error_ratio=outcome.max_error_ratio,
+                        tolerance_factor=s.config.gate.tolerance_factor,
+                        distribution=outcome.distribution, seed=outcome.seed,
+                        floor_ms=s.floor_ms, compile_ms=s.compile_ms)
+        t.add_flags(outcome.flags)
+        return None
+
+
+class Tamper:
+    """TIMER_TAMPERING or THREADS when the candidate patched timers, started threads or
+    processes, or changed evokernel's own code since the last check (undone here)."""
+
+    name = "tamper"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        tampered = s.tamper.check()
+        return t.reject(*tampered) if tampered else None
+
+
+class GateVerdict:
+    """The gate's rejection, with its reason and detail, when it did not pass."""
+
+    name = "gate_verdict"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        o = t.outcome
+        return None if o.passed else t.reject(o.reason, o.detail, log=o.log)
+
+
+class Kernels:
+    """Profile one candidate call on a fresh clone of timing set 0 (contents the gate never
+    showed it) and judge its kernels against the reference's main kernels
+    (evokernel.gate.fallback.judge_kernels). The call's output is checked first: a wrong one came
+    from a cache (CACHED_OUTPUT). REFERENCE_FALLBACK or NO_KERNEL_LAUNCHED reject under
+    GateConfig.reference_fallback = "reject"; under "flag" they are kept as a flag. Without a
+    profiler the check is skipped, with the flag "profiler_unavailable"."""
+
+    name = "kernels"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        inputs = out.clone_inputs(s.timing_inputs[0])
+        got: list[Any] = []
+
+        def call() -> None:
+            got.append(t.model_new(*inputs))
+        with gate_run.strict_fp32(), torch.no_grad():
+            if s.main_kernels is None:
+                kernels = None
+                call()
+                torch.cuda.synchronize(s.device)
+            else:
+                kernels = gate_run.profile_kernels(call, s.device)
+        if got:
+            expected = s.expected_outputs(t.gate_ref)
+            stale = out.stale_outputs({0: got[0]}, expected,
+                                      out.spot_tolerance(t.outcome.checks, expected),
+                                      "the output of a call on new inputs (timing set")
+            if stale:
+                return t.reject(Reason.CACHED_OUTPUT, stale.replace("set 0 is", "set 0) is", 1))
+        if kernels is None:
+            t.add_flags(("profiler_unavailable",))
+            return None
+        verdict = fallback.judge_kernels(kernels, s.main_kernels, t.candidate.source)
+        t.add_flags(verdict.flags)
+        if verdict.reason is None:
+            return None
+        if s.config.gate.reference_fallback == "reject":
+            return t.reject(verdict.reason, verdict.detail)
+        t.flagged = (verdict.reason, verdict.detail)
+        return None
+
+
+class Time:
+    """The reference and the candidate timed interleaved on the timing input sets (rotated per
+    trial; the candidate gets its own copies, kept for the checks after timing), with an L2 flush
+    and the settings of TimingConfig (evokernel.timing.interleaved.time_interleaved). Records
+    reference_ms, candidate_ms and time_s."""
+
+    name = "time"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        sets = s.timing_inputs
+        n = len(sets)
+        t.timed_inputs = [out.clone_inputs(x) for x in sets]
+        mine, kept = t.timed_inputs, t.timed_outputs
+
+        def timed_candidate(i: int) -> Any:
+            result = t.model_new(*mine[i % n])
+            kept[i % n] = result
+            return result
+
+        start = time.perf_counter()
+        with gate_run.strict_fp32(), torch.no_grad():
+            t.stats = time_interleaved(
+                {"reference": lambda i: s.ref.model(*sets[i % n]), "candidate": timed_candidate},
+                s.config.timing, device=s.device, flush=s.flusher)
+        t.fields.update(reference_ms=t.stats["reference"].median_ms,
+                        candidate_ms=t.stats["candidate"].median_ms,
+                        time_s=time.perf_counter() - start)
+        return None
+
+
+class SideStream:
+    """SIDE_STREAM when the whole device was busy much longer than the CUDA events on the timed
+    stream saw (evokernel.timing.interleaved.side_stream_suspect): work outside the timed
+    stream."""
+
+    name = "side_stream"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        c = t.stats["candidate"]
+        if not side_stream_suspect(c):
+            return None
+        return t.reject(Reason.SIDE_STREAM,
+                        f"CUDA events saw {c.median_ms:.4f} ms but the whole device, synchronized, "
+                        f"was busy for {c.host_median_ms:.4f} ms: work runs outside the timed "
+                        "stream")
+
+
+class Inputs:
+    """INPUT_MUTATION when a timed call changed its inputs (checksums of the candidate's copies
+    against the originals)."""
+
+    name = "inputs"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        sets, mine = s.timing_inputs, t.timed_inputs
+        mutated = next((f"timing set {k}: {why}" for k, why in
+                        ((k, gm.inputs_modified(sets[k], mine[k])) for k in range(len(sets)))
+                        if why), "")
+        if mutated:
+            return t.reject(Reason.INPUT_MUTATION,
+                            f"the timed calls modified their inputs ({mutated})")
+        return None
+
+
+class Outputs:
+    """CACHED_OUTPUT when a timed output is not the output for its own inputs (spot checks of the
+    last timed call per set), or when, after the contents of the timing sets are rotated under
+    the same tensors, the candidate returns the old outputs (evokernel.engine.outputs)."""
+
+    name = "outputs"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        expected = s.expected_outputs(t.gate_ref)
+        tol = out.spot_tolerance(t.outcome.checks, expected)
+        stale = out.stale_outputs(t.timed_outputs, expected, tol,
+                                  "the output of the last timed call on timing set")
+        t.timed_outputs.clear()
+        if not stale:
+            stale = out.replay_rotated(t.model_new, t.timed_inputs, s.timing_inputs, expected,
+                                       tol, s.device)
+        return t.reject(Reason.CACHED_OUTPUT, stale) if stale else None
+
+
+class Floor:
+    """IMPOSSIBLE_SPEED when the candidate's time is below the physical floor less its margin
+    (evokernel.timing.floor.impossible)."""
+
+    name = "floor"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        cand_ms = t.fields["candidate_ms"]
+        if not impossible(cand_ms, s.floor_ms):
+            return None
+        return t.reject(Reason.IMPOSSIBLE_SPEED,
+                        f"{cand_ms:.4f} ms is below the physical floor {s.floor_ms:.4f} ms "
+                        f"({s.bound}-bound: {s.flops:.3g} FLOP, {s.min_bytes:.3g} bytes)")
+
+
+class Accept:
+    """The accepted result: both ratios, both times with the candidate's CI, and any flagged
+    finding (policy "flag") or accumulation note. Always returns a verdict."""
+
+    name = "accept"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        o, c = t.outcome, t.stats["candidate"]
+        detail = (f"accepted: norm ratio {o.norm_error_ratio:.3g}, max ratio "
+                  f"{o.max_error_ratio:.3g} (factor {s.config.gate.tolerance_factor:g}); "
+                  f"reference {t.fields['reference_ms']:.4f} ms, candidate "
+                  f"{t.fields['candidate_ms']:.4f} ms (95% CI {c.ci_low_ms:.4f}-"
+                  f"{c.ci_high_ms:.4f}, {c.trials} trials)")
+        if o.detail and "accumulation" in o.detail:
+            detail += "; " + o.detail
+        if t.flagged is not None:
+            detail += f"; flagged ({t.flagged[0].value}): {t.flagged[1]}"
+        return t.result(verdict=Verdict.ACCEPT, reason=Reason.OK, detail=detail)
+
+
+#: The worker's stages, in order (see the module docstring).
+DEFAULT_STAGES: tuple[Stage, ...] = (
+    Load(), Gate(), Tamper(), GateVerdict(), Kernels(), Tamper(), Time(), Tamper(), SideStream(),
+    Inputs(), Outputs(), Floor(), Accept())
