@@ -69,14 +69,14 @@ def fresh_dir(path: Path) -> Path:
     return path
 
 
-def _cache_dir(path: Path) -> Path:
+def checked_cache_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     if not (path / _MARKER).exists() and not any(path.iterdir()):
         (path / _MARKER).write_text("a build cache made by evokernel bench\n")
     return path
 
 
-class _Clock:
+class WallClock:
     def __init__(self, now: Callable[[], float], budget_s: float):
         self.now, self.budget_s, self.t0 = now, budget_s, now()
 
@@ -87,7 +87,7 @@ class _Clock:
         return self.budget_s - self.elapsed()
 
 
-def _open_evaluators(specs: Sequence[tuple[Any, EvalConfig]], deps: BenchDeps,
+def open_evaluators(specs: Sequence[tuple[Any, EvalConfig]], deps: BenchDeps,
                      concurrency: int) -> tuple[list[Any], float]:
     """Create evaluators, ``concurrency`` at a time. Returns (evaluators or exceptions, wall s).
     Nothing is left running if the caller closes what it got."""
@@ -107,7 +107,7 @@ def _open_evaluators(specs: Sequence[tuple[Any, EvalConfig]], deps: BenchDeps,
     return out, deps.now() - t0
 
 
-def _close_all(evaluators: Sequence[Any]) -> None:
+def close_all(evaluators: Sequence[Any]) -> None:
     """Close every evaluator (not exceptions), at once: each waits for its workers to exit."""
     live = [ev for ev in evaluators if not isinstance(ev, BaseException)]
 
@@ -122,7 +122,7 @@ def _close_all(evaluators: Sequence[Any]) -> None:
             list(pool.map(close, live))
 
 
-def _try_evaluate(call: Callable[[], T], where: str) -> tuple[T | None, str]:
+def try_evaluate(call: Callable[[], T], where: str) -> tuple[T | None, str]:
     """(call(), "") for an ``evaluate()`` call, or (None, "evaluate() raised ...") when it raises
     (e.g. a worker that cannot respawn), logged as "``where`` evaluate() raised"."""
     try:
@@ -132,7 +132,7 @@ def _try_evaluate(call: Callable[[], T], where: str) -> tuple[T | None, str]:
         return None, f"evaluate() raised {type(e).__name__}: {e}"
 
 
-def _eval_config(plan: BenchPlan, cache: Path, *, build_workers: int | None = None) -> EvalConfig:
+def bench_eval_config(plan: BenchPlan, cache: Path, *, build_workers: int | None = None) -> EvalConfig:
     return EvalConfig(cache_dir=str(cache), measure_compile=plan.compile_baseline,
                       timing=TimingConfig(hide_host_ms=plan.hide_host_ms),
                       build_workers=build_workers if build_workers is not None

@@ -15,12 +15,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from loguru import logger
 
-from evokernel.bench.deps import (BenchDeps, _close_all, _eval_config, _open_evaluators,
-                                  _try_evaluate)
+from evokernel.bench.deps import (BenchDeps, close_all, bench_eval_config, open_evaluators,
+                                  try_evaluate)
 from evokernel.bench.plan import (MAX_DO_BENCH_DISAGREEMENT, MAX_SPEEDUP_SPREAD, BenchPlan,
                                   fidelity_groups)
-from evokernel.bench.report import _write, fidelity_markdown
-from evokernel.bench.throughput import _trials
+from evokernel.bench.report import write_report_files, fidelity_markdown
+from evokernel.bench.throughput import trials_in_detail
 from evokernel.config import TimingConfig
 from evokernel.errors import ConfigError
 from evokernel.records import Candidate
@@ -120,7 +120,7 @@ def _failed_run(run: int, error: str) -> dict[str, Any]:
     return {"run": run + 1, "verdict": None, "reason": None, "error": error}
 
 
-def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
+def fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
                     report: dict[str, Any]) -> dict[str, Any]:
     """Seed kernels in ``fidelity_runs`` separate evaluators each, then the do_bench process.
 
@@ -134,7 +134,7 @@ def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
     if missing:
         raise ConfigError(f"fidelity: no seed kernel for {', '.join(missing)}")
     seeds = {p.name: Candidate(source=p.seed_source, idea="bench: seed kernel") for p in problems}
-    cfg = _eval_config(plan, cache)
+    cfg = bench_eval_config(plan, cache)
     prebuilt: list[Any] = []
     prebuild_error: list[str] = []
 
@@ -151,7 +151,7 @@ def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
     runs: dict[str, list[dict[str, Any]]] = {p.name: [] for p in problems}
     setup_s, prep_s = 0.0, None
     for group in fidelity_groups(plan.fidelity_runs, len(problems), plan.setup_concurrency):
-        evs, s = _open_evaluators([(problems[p], cfg) for _, p in group], deps,
+        evs, s = open_evaluators([(problems[p], cfg) for _, p in group], deps,
                                   plan.setup_concurrency)
         setup_s += s
         if prep_s is None:
@@ -164,7 +164,7 @@ def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
                     runs[name].append(_failed_run(run, f"evaluator failed to start: {ev}"))
                     continue
                 report.setdefault("device", dict(getattr(ev, "info", {}) or {}))
-                r, error = _try_evaluate(lambda: ev.evaluate([seeds[name]])[0],
+                r, error = try_evaluate(lambda: ev.evaluate([seeds[name]])[0],
                                          f"fidelity run {run + 1}: {name}")
                 if error:
                     runs[name].append(_failed_run(run, error))
@@ -172,11 +172,11 @@ def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
                 runs[name].append({"run": run + 1, "verdict": r.verdict.value,
                                    "reason": r.reason.value, "reference_ms": r.reference_ms,
                                    "candidate_ms": r.candidate_ms, "speedup": r.speedup,
-                                   "trials": _trials(r.detail), "eval_s": r.eval_s})
+                                   "trials": trials_in_detail(r.detail), "eval_s": r.eval_s})
                 logger.info("fidelity run {}: {} {} speedup {:.4f}", run + 1, name,
                             r.reason.value, r.speedup)
         finally:
-            _close_all(evs)
+            close_all(evs)
     builder.join()
     head = {"runs": plan.fidelity_runs, "hide_host_ms": plan.hide_host_ms,
             "setup_s": setup_s, "prepare_s": prep_s,
@@ -189,7 +189,7 @@ def _fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
             "do_bench_rounds": plan.do_bench_rounds, "skipped": []}
     partial = dict(head, problems=[fidelity_row(p.name, runs[p.name], None).to_dict()
                                    for p in problems])
-    _write(Path(plan.results_dir), "fidelity", partial, fidelity_markdown(partial))
+    write_report_files(Path(plan.results_dir), "fidelity", partial, fidelity_markdown(partial))
     spec = {"cache_dir": str(cache), "warmup_ms": plan.do_bench_warmup_ms,
             "rep_ms": plan.do_bench_rep_ms, "rounds": plan.do_bench_rounds,
             "hide_host_ms": plan.hide_host_ms,

@@ -180,7 +180,7 @@ def summary_table(throughput: Mapping[str, Any] | None, fidelity: Mapping[str, A
     return "\n".join(lines)
 
 
-def _load_report(results_dir: Path, name: str) -> dict[str, Any] | None:
+def load_report(results_dir: Path, name: str) -> dict[str, Any] | None:
     """bench_<name>.json from an earlier run in ``results_dir``, or None."""
     try:
         return json.loads((Path(results_dir) / f"bench_{name}.json").read_text())
@@ -188,6 +188,6 @@ def _load_report(results_dir: Path, name: str) -> dict[str, Any] | None:
         return None
 
 
-def _write(results_dir: Path, name: str, data: Mapping[str, Any], markdown: str) -> None:
+def write_report_files(results_dir: Path, name: str, data: Mapping[str, Any], markdown: str) -> None:
     write_json_atomic(results_dir / f"bench_{name}.json", data)
     (results_dir / f"bench_{name}.md").write_text(markdown)

@@ -11,15 +11,15 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from evokernel.bench.deps import BenchDeps, _cache_dir, _Clock, fresh_dir
-from evokernel.bench.fidelity import _fidelity_phase, run_do_bench_process
+from evokernel.bench.deps import BenchDeps, checked_cache_dir, WallClock, fresh_dir
+from evokernel.bench.fidelity import fidelity_phase, run_do_bench_process
 from evokernel.bench.plan import (FAULTS_EVIDENCE, FAULTS_TEST, BenchPlan, Variant,
                                   engine_build_workers,
                                   estimate_wall_s, throughput_variants)
-from evokernel.bench.report import (_load_report, _write, faults_markdown, fidelity_markdown,
+from evokernel.bench.report import (load_report, write_report_files, faults_markdown, fidelity_markdown,
                                     summary_table, throughput_markdown)
-from evokernel.bench.throughput import (PhaseStats, _earlier_phases, _sequential_phase,
-                                        _throughput_phase, throughput_targets)
+from evokernel.bench.throughput import (PhaseStats, earlier_phases, sequential_phase,
+                                        throughput_phase, throughput_targets)
 from evokernel.config import EvalConfig
 from evokernel.errors import ConfigError, NoGPUError
 from evokernel.records import Candidate
@@ -46,7 +46,7 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
     Raises: ConfigError for a work folder it may not delete or a problem without a seed kernel;
         ProblemError for an unknown problem. Candidates never raise (they get a verdict).
     """
-    clock = _Clock(deps.now, plan.budget_s)
+    clock = WallClock(deps.now, plan.budget_s)
     cost = deps.cost
     est = estimate_wall_s(plan, cost, cores=deps.cores)
     results_dir = Path(plan.results_dir)
@@ -70,7 +70,7 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
         "phases": {}, "targets": [], "skipped": []}
     stats: dict[str, PhaseStats] = {}
     slowdown = 1.0
-    for name, prev in _earlier_phases(results_dir, variants, plan.phases).items():
+    for name, prev in earlier_phases(results_dir, variants, plan.phases).items():
         stats[name] = prev
         tp["skipped"].append(f"{name}: not measured in this run; taken from the earlier "
                              f"bench_throughput.json in {results_dir} (same candidates)")
@@ -79,7 +79,7 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
         tp["phases"] = {k: s.to_dict() for k, s in stats.items()}
         tp["targets"] = [t.to_dict() for t in throughput_targets(stats)]
         tp["elapsed_s"] = clock.elapsed()
-        _write(results_dir, "throughput", tp, throughput_markdown(tp))
+        write_report_files(results_dir, "throughput", tp, throughput_markdown(tp))
         out["throughput"] = tp
 
     def skip_note(phase: str, need_s: float) -> str:
@@ -90,14 +90,14 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
 
     if "cold" in plan.phases:
         deps.prepare_cache(fresh_dir(cold_dir))
-        stats["cold"] = _throughput_phase("cold", plan, variants, cold_dir, deps, tp)
+        stats["cold"] = throughput_phase("cold", plan, variants, cold_dir, deps, tp)
         slowdown = min(3.0, max(0.5, clock.elapsed() / max(1.0, est["start"] + est["cold"])))
         save_throughput()
     else:
-        _cache_dir(cold_dir)
+        checked_cache_dir(cold_dir)
     if "warm" in plan.phases:
         if clock.left() >= est["warm"] * slowdown:
-            stats["warm"] = _throughput_phase("warm", plan, variants, cold_dir, deps, tp)
+            stats["warm"] = throughput_phase("warm", plan, variants, cold_dir, deps, tp)
         else:
             tp["skipped"].append(skip_note("warm", est["warm"] * slowdown))
         save_throughput()
@@ -105,12 +105,12 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
         need = est["fidelity"] * slowdown
         if clock.left() >= 0.8 * need:
             deps.prepare_cache(cold_dir)
-            fid = _fidelity_phase(plan, cold_dir, deps, tp)
+            fid = fidelity_phase(plan, cold_dir, deps, tp)
             fid["skipped"] = []
         else:
             fid = {"runs": plan.fidelity_runs, "problems": [],
                    "skipped": [skip_note("fidelity", need)]}
-        _write(results_dir, "fidelity", fid, fidelity_markdown(fid))
+        write_report_files(results_dir, "fidelity", fid, fidelity_markdown(fid))
         out["fidelity"] = fid
     if "sequential" in plan.phases:
         reserve = est.get("faults", 0.0) * slowdown
@@ -122,14 +122,14 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
             deps.prepare_cache(seq_dir)
             logger.info("sequential: up to {} candidates ({:.0f} s left, {:.0f} s reserved "
                         "for later phases)", n, clock.left(), reserve)
-            stats["sequential"] = _sequential_phase(plan, variants, n, seq_dir, clock,
+            stats["sequential"] = sequential_phase(plan, variants, n, seq_dir, clock,
                                                     reserve, deps, tp)
         else:
             tp["skipped"].append(skip_note("sequential", per + cost.setup_s))
         save_throughput()
     faults: dict[str, Any] = {"test": FAULTS_TEST, "ran": False,
                               "evidence": FAULTS_EVIDENCE}
-    earlier_faults = _load_report(results_dir, "faults")
+    earlier_faults = load_report(results_dir, "faults")
     if "faults" not in plan.phases and earlier_faults and earlier_faults.get("ran"):
         faults = earlier_faults                     # keep an earlier call's run of the test
     if "faults" in plan.phases:
@@ -143,12 +143,12 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
                           wall_s=deps.now() - t0, log=str(log))
         else:
             faults["skipped"] = skip_note("faults", est["faults"])
-    _write(results_dir, "faults", faults, faults_markdown(faults))
+    write_report_files(results_dir, "faults", faults, faults_markdown(faults))
     out["faults"] = faults
     out["elapsed_s"] = clock.elapsed()
     # A bench split over calls into one results folder: the table shows every benchmark there.
-    out["table"] = summary_table(out["throughput"] or _load_report(results_dir, "throughput"),
-                                 out["fidelity"] or _load_report(results_dir, "fidelity"),
+    out["table"] = summary_table(out["throughput"] or load_report(results_dir, "throughput"),
+                                 out["fidelity"] or load_report(results_dir, "fidelity"),
                                  out["faults"])
     (results_dir / "bench_summary.md").write_text(
         f"# evokernel bench\n\nelapsed {out['elapsed_s']:.0f} s of a {plan.budget_s:.0f} s "

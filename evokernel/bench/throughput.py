@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 
 from loguru import logger
 
-from evokernel.bench.deps import (BenchDeps, _Clock, _close_all, _eval_config, _open_evaluators,
-                                  _try_evaluate)
+from evokernel.bench.deps import (BenchDeps, WallClock, close_all, bench_eval_config, open_evaluators,
+                                  try_evaluate)
 from evokernel.bench.plan import (TARGET_COLD_OVER_SEQUENTIAL, TARGET_COLD_PER_MIN,
                                   TARGET_WARM_PER_MIN, THROUGHPUT_PHASES, TRIAL_OVERHEAD_MS,
                                   BenchPlan, Variant, sequential_subset)
@@ -27,7 +27,7 @@ def per_minute(candidates: int, wall_s: float) -> float:
     return 60.0 * candidates / wall_s if wall_s > 0 and candidates > 0 else 0.0
 
 
-def _trials(detail: str) -> int | None:
+def trials_in_detail(detail: str) -> int | None:
     m = re.search(r"(\d+) trials", detail or "")
     return int(m[1]) if m else None
 
@@ -50,7 +50,7 @@ def split_eval_s(r: EvalResult, timing: TimingConfig = TimingConfig()
         return r.eval_s - t_s, t_s, True
     if not r.reference_ms or not r.candidate_ms:
         return r.eval_s, 0.0, False
-    n = _trials(r.detail) or timing.min_trials
+    n = trials_in_detail(r.detail) or timing.min_trials
     ms = sum(max(timing.warmup_ms, 2 * t) + n * (t + TRIAL_OVERHEAD_MS)
              for t in (r.reference_ms, r.candidate_ms))
     t_s = min(r.eval_s, ms / 1e3)
@@ -148,16 +148,16 @@ def _result_row(r: EvalResult, timing: TimingConfig) -> dict[str, Any]:
     return {"verdict": r.verdict.value, "reason": r.reason.value, "build_s": r.build_s,
             "eval_s": r.eval_s, "gate_s": gate, "time_s": timed, "split_measured": measured,
             "reference_ms": r.reference_ms, "candidate_ms": r.candidate_ms,
-            "speedup": r.speedup, "trials": _trials(r.detail), "detail": r.detail[:300],
+            "speedup": r.speedup, "trials": trials_in_detail(r.detail), "detail": r.detail[:300],
             "log_tail": "" if r.accepted else (r.log or "")[-1500:]}
 
 
-def _throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], cache: Path,
+def throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], cache: Path,
                       deps: BenchDeps, report: dict[str, Any]) -> PhaseStats:
     """cold or warm: one evaluator per problem (set up at once), one evaluate() per problem."""
     problems = list(dict.fromkeys(v.problem for v in variants))
-    cfg = _eval_config(plan, cache)
-    evs, setup_s = _open_evaluators([(deps.load_problem(p), cfg) for p in problems], deps,
+    cfg = bench_eval_config(plan, cache)
+    evs, setup_s = open_evaluators([(deps.load_problem(p), cfg) for p in problems], deps,
                                     plan.setup_concurrency)
     results: list[EvalResult] = []
     evaluate_s, notes = 0.0, []
@@ -172,7 +172,7 @@ def _throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], c
             if getattr(ev, "builder", None) is not None:
                 report["build_workers"] = ev.builder.workers
             t0 = deps.now()
-            got, error = _try_evaluate(lambda: ev.evaluate([v.candidate for v in batch]),
+            got, error = try_evaluate(lambda: ev.evaluate([v.candidate for v in batch]),
                                        f"{name}: {p}")
             if error:
                 notes.append(f"{p}: {error}; its {len(batch)} candidates are not counted")
@@ -186,7 +186,7 @@ def _throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], c
             logger.info("{}: {} {} candidates in {:.1f} s ({} accepted)", name, p, len(batch),
                         wall, sum(r.accepted for r in got))
     finally:
-        _close_all(evs)
+        close_all(evs)
     cold_builds = sum(1 for r in results if (r.build_s or 0.0) > 1.0)
     if name == "warm" and cold_builds:
         notes.append(f"{cold_builds} builds took over 1 s: the cache was not warm for them")
@@ -194,12 +194,12 @@ def _throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], c
                        timing=cfg.timing, note="; ".join(notes))
 
 
-def _sequential_phase(plan: BenchPlan, variants: Sequence[Variant], n_max: int, cache: Path,
-                      clock: _Clock, reserve_s: float, deps: BenchDeps,
+def sequential_phase(plan: BenchPlan, variants: Sequence[Variant], n_max: int, cache: Path,
+                      clock: WallClock, reserve_s: float, deps: BenchDeps,
                       report: dict[str, Any]) -> PhaseStats:
     """KernelBench style: each candidate built alone (one build worker, fresh cache), then gated
     and timed, then the next. Stops early when the next one would eat into ``reserve_s``."""
-    cfg = _eval_config(plan, cache, build_workers=1)
+    cfg = bench_eval_config(plan, cache, build_workers=1)
     subset = sequential_subset(variants, n_max)
     per_est = deps.cost.sequential_s(deps.cores)
     evaluators: dict[str, Any] = {}
@@ -216,7 +216,7 @@ def _sequential_phase(plan: BenchPlan, variants: Sequence[Variant], n_max: int, 
                            "later phases' reserve")
                 break
             if v.problem not in evaluators:
-                evs, s = _open_evaluators([(deps.load_problem(v.problem), cfg)], deps, 1)
+                evs, s = open_evaluators([(deps.load_problem(v.problem), cfg)], deps, 1)
                 setup_s += s
                 evaluators[v.problem] = evs[0]
             ev = evaluators[v.problem]
@@ -224,7 +224,7 @@ def _sequential_phase(plan: BenchPlan, variants: Sequence[Variant], n_max: int, 
                 stopped = f"{v.problem}: evaluator failed to start ({ev})"
                 break
             t0 = deps.now()
-            r, error = _try_evaluate(lambda: ev.evaluate([v.candidate])[0],
+            r, error = try_evaluate(lambda: ev.evaluate([v.candidate])[0],
                                      f"sequential: {v.problem}")
             if error:
                 stopped = f"{v.problem}: {error}"
@@ -237,7 +237,7 @@ def _sequential_phase(plan: BenchPlan, variants: Sequence[Variant], n_max: int, 
             logger.info("sequential: {} [{}] in {:.1f} s (build {:.1f} s, {})", v.problem,
                         v.label, wall, r.build_s or 0.0, r.reason.value)
     finally:
-        _close_all(list(evaluators.values()))
+        close_all(list(evaluators.values()))
     note = (f"measured on {len(results)} of the {len(variants)} candidates (round-robin over "
             "problems, each built alone in a fresh cache); the rate is scaled to the set")
     if stopped:
@@ -246,7 +246,7 @@ def _sequential_phase(plan: BenchPlan, variants: Sequence[Variant], n_max: int, 
                        of_total=len(variants), timing=cfg.timing, note=note)
 
 
-def _earlier_phases(results_dir: Path, variants: Sequence[Variant],
+def earlier_phases(results_dir: Path, variants: Sequence[Variant],
                     phases: Sequence[str]) -> dict[str, PhaseStats]:
     """Throughput phases measured by an earlier bench into the same results folder, on the same
     candidates, that this run does not measure again (so a bench split over two device calls

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from loguru import logger
 
 from evokernel.errors import ConfigError
-from evokernel.build.cache import (_ARCH_RE, MARKER, _arch_digits, cache_key, extension_key,
+from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, extension_key,
                                        load_candidate, patched_load_inline, rewrite_arch_flags,
                                        toolchain, toolkit_header_fallbacks)
 from evokernel.records import Candidate, Reason
@@ -56,7 +56,7 @@ def device_arch() -> str:
     env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if env:
         last = re.split(r"[;,\s]+", env)[-1].replace("+PTX", "")
-        if _ARCH_RE.match(last):
+        if ARCH_PATTERN.match(last):
             return last
         raise ConfigError(f"TORCH_CUDA_ARCH_LIST={env!r}: last entry {last!r} is not 'X.Y'")
     raise ConfigError("no CUDA GPU is visible and TORCH_CUDA_ARCH_LIST is not set, so the GPU "
@@ -112,7 +112,7 @@ class Builder:
 
     def __init__(self, cache_dir: Path, *, arch: str, timeout_s: float,
                  workers: int | None = None, trim_headers: bool = True):
-        _arch_digits(arch)
+        arch_digits(arch)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         workers = workers if workers is not None else max(1, (os.cpu_count() or 2) // 2)

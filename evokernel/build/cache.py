@@ -41,14 +41,14 @@ from loguru import logger
 from evokernel.build.headers import LIGHT_HEADER, LIGHT_HEADER_NAME, trim_extension_include
 
 MARKER = "evokernel_built.json"     # written into a build folder once its module has loaded
-_ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
+ARCH_PATTERN = re.compile(r"^(\d+)\.(\d+)([af]?)$")
 _ARCH_OPTS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code",
               "--gpu-code")
 _ARCH_IN = re.compile(r"(^|\s)(%s)([=\s]|$)" % "|".join(_ARCH_OPTS))
 
 
-def _arch_digits(arch: str) -> tuple[str, str]:
-    m = _ARCH_RE.match(arch)
+def arch_digits(arch: str) -> tuple[str, str]:
+    m = ARCH_PATTERN.match(arch)
     if not m:
         raise ValueError(f"arch must look like '9.0' (or '9.0a'), got {arch!r}")
     return m.group(1) + m.group(2), m.group(3)
@@ -67,7 +67,7 @@ def rewrite_arch_flags(flags: Sequence[str] | str | None, arch: str, *, host: bo
     Returns: (new flags, notes such as "arch: -arch=sm_70 -> sm_90").
     Raises: ValueError for a malformed ``arch``.
     """
-    digits, suffix = _arch_digits(arch)
+    digits, suffix = arch_digits(arch)
     items = [flags] if isinstance(flags, str) else list(flags or [])
     tokens = [t for item in items
               for t in (str(item).split() if _ARCH_IN.search(str(item)) else [str(item)])]
@@ -171,7 +171,7 @@ class _LoadInlinePatch:
 
     def __init__(self, cache_dir: Path, arch: str, trim_headers: bool = False):
         from torch.utils import cpp_extension
-        _arch_digits(arch)
+        arch_digits(arch)
         self.cache_dir = Path(cache_dir)
         self.arch = arch
         self.trim_headers = trim_headers

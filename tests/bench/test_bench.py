@@ -651,11 +651,11 @@ def test_fidelity_markdown_shows_each_timing_method_of_the_do_bench_process():
 @pytest.mark.parametrize("flag, expected", [("0.5", 0.5), ("0", 0.0), (None, 1.0)])
 def test_hide_host_ms_reaches_every_evaluator_config(tmp_path, flag, expected):
     """Bad values are usage errors: test_bad_arguments_are_usage_errors."""
-    from evokernel.bench.deps import _eval_config
+    from evokernel.bench.deps import bench_eval_config
     argv = (["--hide-host-ms", flag] if flag else []) + ["--results-dir", str(tmp_path)]
     plan = bench.plan_from_args(_args(argv))
     assert plan.hide_host_ms == expected
-    assert _eval_config(plan, tmp_path).timing.hide_host_ms == expected
+    assert bench_eval_config(plan, tmp_path).timing.hide_host_ms == expected
 
 
 def test_fidelity_problems_are_checked_before_anything_runs(capsys):
