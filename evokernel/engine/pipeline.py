@@ -23,7 +23,8 @@ from evokernel.records import Candidate, EvalResult, Reason
 class WorkerState(Protocol):
     """What the stages read of the worker's per-problem state (evokernel.engine.session.Session):
     the evaluation config and GPU arch, the device, the GateReference and its timing input sets,
-    the L2 flusher, the floor and baselines, the reference's main kernels (None: no profiler),
+    the L2 flusher, the floors and baselines, the reference's traced kernels and its main kernels
+    (None: no profiler),
     the tamper checker, and PyTorch's own outputs on the timing sets."""
 
     config: Any
@@ -33,7 +34,11 @@ class WorkerState(Protocol):
     timing_inputs: list
     flusher: Any
     floor_ms: float
+    compute_floor_ms: float | None
+    min_bytes: int
+    peaks: Any
     compile_ms: float | None
+    reference_kernels: list[tuple[str, float]] | None
     main_kernels: tuple[str, ...] | None
     tamper: Any
 

@@ -31,10 +31,11 @@ class Session:
 
     def __init__(self, problem: dict[str, Any], config: EvalConfig, arch: str):
         import torch
-        from evokernel.timing import floor as floor_mod
+        from evokernel.gate import trace
         from evokernel.gate.judge import strict_fp32
         from evokernel.gate.reference import GateReference
         from evokernel.problem import exec_module
+        from evokernel.timing import floor as floor_mod
         from evokernel.timing.interleaved import L2Flusher
 
         self.config, self.arch = config, arch
@@ -51,36 +52,84 @@ class Session:
         if config.timing.hide_host_ms > 0:      # compiled and launched now: fails at set-up
             from evokernel.timing.spin import DeviceSpin
             DeviceSpin.get(self.device, config.timing.hide_host_ms)
+        trace.prepare(self.device)              # the marker kernel, compiled before any candidate
         self.peaks = floor_mod.measure_peaks(self.device, config.cache_path)
-        inputs = self.timing_inputs[0]
-        with strict_fp32(), torch.no_grad():
-            outputs = self.ref.model(*inputs)
-        params = list(self.ref.model.parameters()) + list(self.ref.model.buffers())
-        self.flops = floor_mod.count_flops(self.ref.model, inputs)
-        self.min_bytes = floor_mod.min_bytes(list(inputs) + params, outputs)
-        self.floor_ms, self.bound = floor_mod.floor_ms(self.flops, self.min_bytes, self.peaks)
-        del outputs
+        self._set_floors(problem["path"])
         # A respawned worker reuses its first incarnation's torch.compile time, so every
         # candidate of a run is compared with the same baseline measurement.
         self.compile_ms = (problem["compile_ms"] if problem.get("compile_ms") is not None
                            else self.compile_baseline(problem["source"]) if config.measure_compile
                            else None)
         self.reference_kernels, self.main_kernels = self._profile_reference()
+        self.reference_ms = self._time_reference()
         self._expected: dict[int, list[tuple[Any, ...]]] = {}
         self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)
+        self.info = self._info()
+
+    def _set_floors(self, path: str) -> None:
+        """The memory floor (the one bound), the FP32 compute floor (information) and which of
+        the two is larger, from the reference's FLOPs and its minimum bytes (or the problem's
+        own ``MIN_BYTES``). Raises: ProblemError for a ``MIN_BYTES`` that is not a positive
+        integer."""
+        import torch
+        from evokernel.errors import ProblemError
+        from evokernel.gate.judge import strict_fp32
+        from evokernel.timing import floor as floor_mod
+        inputs = self.timing_inputs[0]
+        with strict_fp32(), torch.no_grad():
+            outputs = self.ref.model(*inputs)
+        params = list(self.ref.model.parameters()) + list(self.ref.model.buffers())
+        self.flops = floor_mod.count_flops(self.ref.model, inputs)
+        declared = getattr(self.module, "MIN_BYTES", None)
+        if declared is not None and (isinstance(declared, bool) or not isinstance(declared, int)
+                                     or declared <= 0):
+            raise ProblemError(f"{path}: MIN_BYTES must be a positive integer, got {declared!r}")
+        self.min_bytes = declared or floor_mod.min_bytes(list(inputs) + params, outputs)
+        dtype = next((o.dtype for o in ((outputs,) if isinstance(outputs, torch.Tensor)
+                                        else outputs) if isinstance(o, torch.Tensor)
+                      and o.is_floating_point()), torch.float32)
+        self.floor_ms = floor_mod.memory_floor_ms(self.min_bytes, self.peaks)
+        try:
+            self.compute_floor_ms: float | None = floor_mod.compute_floor_ms(
+                self.flops, self.peaks, dtype)
+        except ValueError:                      # a dtype with no measured rate
+            self.compute_floor_ms = None
+        self.bound = floor_mod.bound(self.floor_ms, self.compute_floor_ms or 0.0)
+
+    def _time_reference(self) -> float:
+        """The reference's median time (ms) alone at set-up, the same way a candidate's is
+        timed: the baseline against which the handle watches the interleaved reference times
+        for drift (evokernel.engine.gpu_share)."""
+        import torch
+        from evokernel.gate.judge import strict_fp32
+        from evokernel.timing.interleaved import time_interleaved
+        sets = self.timing_inputs
+        with strict_fp32(), torch.no_grad():
+            stats = time_interleaved({"reference": lambda i: self.ref.model(*sets[i % len(sets)])},
+                                     self.config.timing, device=self.device, flush=self.flusher)
+        return stats["reference"].median_ms
+
+    def _info(self) -> dict[str, Any]:
+        """What the parent and the prompts learn about the device, the problem's floors and
+        baselines, and the reference's kernels."""
+        import torch
         props = torch.cuda.get_device_properties(self.device)
-        self.info = {
-            "device": props.name, "sm_count": props.multi_processor_count,
+        p = self.peaks
+        return {
+            "device": props.name, "uuid": str(getattr(props, "uuid", "") or ""),
+            "sm_count": props.multi_processor_count,
             "l2_mb": round(props.L2_cache_size / 2**20, 1),
             "total_memory_gb": round(props.total_memory / 2**30, 1),
             "shared_mem_per_block_optin_kb": getattr(props, "shared_memory_per_block_optin", 0)
             // 1024,
-            "capability": f"{props.major}.{props.minor}", "arch": arch,
+            "capability": f"{props.major}.{props.minor}", "arch": self.arch,
             "torch": torch.__version__, "cuda": torch.version.cuda,
-            "copy_gbs": self.peaks.copy_gbs, "fp32_tflops": self.peaks.fp32_tflops,
-            "tf32_tflops": self.peaks.tf32_tflops, "bf16_tflops": self.peaks.bf16_tflops,
+            "copy_gbs": p.copy_gbs, "read_gbs": p.read_gbs, "write_gbs": p.write_gbs,
+            "bandwidth_gbs": p.bandwidth_gbs, "fp32_tflops": p.fp32_tflops,
+            "tf32_tflops": p.tf32_tflops, "bf16_tflops": p.bf16_tflops,
             "flops": self.flops, "min_bytes": self.min_bytes, "floor_ms": self.floor_ms,
-            "floor_bound": self.bound, "compile_ms": self.compile_ms,
+            "compute_floor_ms": self.compute_floor_ms, "floor_bound": self.bound,
+            "compile_ms": self.compile_ms, "reference_ms": self.reference_ms,
             "skipped_distributions": dict(self.ref.skipped),
             "perturbed_parameters": list(self.ref.perturbed),
             "reference_main_kernels": (None if self.main_kernels is None
@@ -89,22 +138,23 @@ class Session:
 
     def _profile_reference(self) -> tuple[list[tuple[str, float]] | None,
                                           tuple[str, ...] | None]:
-        """The kernels of one reference call on timing set 0 (after a warm-up call) and the
+        """The kernels of one traced reference call on timing set 0 (after a warm-up call) and the
         main ones among them (evokernel.gate.fallback.main_kernels); (None, None) when the profiler
         is unavailable, which turns the reference-fallback check off (flag
         "profiler_unavailable" on every candidate)."""
         import torch
+        from evokernel.gate import trace
         from evokernel.gate.fallback import main_kernels
         from evokernel.gate.judge import strict_fp32
-        from evokernel.gate.run import profile_kernels
         inputs = self.timing_inputs[0]
         try:
             with strict_fp32(), torch.no_grad():
                 self.ref.model(*inputs)
-                kernels = profile_kernels(lambda: self.ref.model(*inputs), self.device)
+                traced = trace.trace_call(lambda: self.ref.model(*inputs), self.device)
         except Exception:  # noqa: BLE001 -- no profile: the check is skipped, not the problem
             print("profiling the reference failed:\n" + traceback.format_exc(), flush=True)
             return None, None
+        kernels = traced.kernels if traced is not None else []
         if not kernels:
             return None, None
         return kernels, main_kernels(kernels)

@@ -12,17 +12,20 @@ gate           the precision gate on every input set (evokernel.gate)       (rec
 tamper         timers patched, threads or processes started, evokernel's    timer_tampering,
                own code changed (evokernel.engine.tamper)                   threads
 gate_verdict   the gate's verdict                                           the gate's reasons
-kernels        one profiled call on new inputs: its output, and whose        cached_output,
-               kernels did the work (evokernel.gate.fallback)               reference_fallback,
+kernels        one traced call on new inputs: its output, all its work on    cached_output,
+               its own stream before a marker (GPU times), whose kernels    side_stream,
+               did the work (evokernel.gate.fallback)                       reference_fallback,
                                                                             no_kernel_launched
 tamper         as above
-time           reference and candidate interleaved (evokernel.timing)      (records the times)
+time           reference, candidate and an empty call interleaved          (records the times)
+               (evokernel.timing.interleaved)
 tamper         as above
-side_stream    whole-device time against the event time                     side_stream
+side_stream    whole-device time over the event time, against the empty     side_stream
+               call's measured beside it
 inputs         the timed calls left their inputs alone                      input_mutation
 outputs        timed outputs are the outputs for their inputs; a replay     cached_output
                with the contents rotated under the same tensors
-floor          faster than the physical floor                               impossible_speed
+floor          faster than the memory floor allows                          impossible_speed
 accept         the accepted result and its detail                           ok
 =============  ==========================================================  =====================
 """
@@ -41,10 +44,11 @@ from evokernel.engine.pipeline import Stage, Trial, WorkerState
 from evokernel.gate import fallback
 from evokernel.gate import maths as gm
 from evokernel.gate import run as gate_run
+from evokernel.gate import trace
 from evokernel.gate.judge import gate_candidate
 from evokernel.gate.scan import scan_source
-from evokernel.records import EvalResult, Reason, Verdict
-from evokernel.timing.floor import impossible
+from evokernel.records import EvalResult, KernelTime, Reason, Verdict
+from evokernel.timing.floor import IMPOSSIBLE_MARGIN, impossible
 from evokernel.timing.interleaved import side_stream_suspect, time_interleaved
 
 
@@ -92,7 +96,8 @@ class Gate:
                         max_error_ratio=outcome.max_error_ratio,
                         tolerance_factor=s.config.gate.tolerance_factor,
                         distribution=outcome.distribution, seed=outcome.seed,
-                        floor_ms=s.floor_ms, compile_ms=s.compile_ms)
+                        floor_ms=s.floor_ms, compute_floor_ms=s.compute_floor_ms,
+                        compile_ms=s.compile_ms)
         t.add_flags(outcome.flags)
         return None
 
@@ -119,12 +124,20 @@ class GateVerdict:
 
 
 class Kernels:
-    """Profile one candidate call on a fresh clone of timing set 0 (contents the gate never
-    showed it) and judge its kernels against the reference's main kernels
-    (evokernel.gate.fallback.judge_kernels). The call's output is checked first: a wrong one came
-    from a cache (CACHED_OUTPUT). REFERENCE_FALLBACK or NO_KERNEL_LAUNCHED reject under
-    GateConfig.reference_fallback = "reject"; under "flag" they are kept as a flag. Without a
-    profiler the check is skipped, with the flag "profiler_unavailable"."""
+    """Trace one candidate call on a fresh clone of timing set 0 (contents the gate never showed
+    it; evokernel.gate.trace) and judge it:
+
+    * its output first: a wrong one came from a cache (CACHED_OUTPUT);
+    * SIDE_STREAM when a kernel or copy it launched was still running after a marker queued on
+      its stream once it returned, or when it left another stream current: work the CUDA events
+      on the timed stream would not see. The trace's times are the GPU's own, so host load
+      cannot flip this verdict;
+    * REFERENCE_FALLBACK or NO_KERNEL_LAUNCHED (evokernel.gate.fallback.judge_kernels) reject
+      under GateConfig.reference_fallback = "reject"; under "flag" they are kept as a flag.
+
+    Records the per-kernel GPU times (``EvalResult.kernels``). Without a profiler the checks are
+    skipped, with the flag "profiler_unavailable" (the timing stage's side-stream signal stays).
+    """
 
     name = "kernels"
 
@@ -136,11 +149,11 @@ class Kernels:
             got.append(t.model_new(*inputs))
         with gate_run.strict_fp32(), torch.no_grad():
             if s.main_kernels is None:
-                kernels = None
+                traced = None
                 call()
                 torch.cuda.synchronize(s.device)
             else:
-                kernels = gate_run.profile_kernels(call, s.device)
+                traced = trace.trace_call(call, s.device)
         if got:
             expected = s.expected_outputs(t.gate_ref)
             stale = out.stale_outputs({0: got[0]}, expected,
@@ -148,11 +161,15 @@ class Kernels:
                                       "the output of a call on new inputs (timing set")
             if stale:
                 return t.reject(Reason.CACHED_OUTPUT, stale.replace("set 0 is", "set 0) is", 1))
-        if kernels is None:
+        if traced is None:
             t.add_flags(("profiler_unavailable",))
             return None
-        verdict = fallback.judge_kernels(kernels, s.main_kernels, t.candidate.source)
+        verdict = fallback.judge_kernels(traced.kernels, s.reference_kernels, t.candidate.source)
+        t.fields["kernels"] = kernel_times(traced, verdict.own)
         t.add_flags(verdict.flags)
+        late = side_stream_detail(traced)
+        if late:
+            return t.reject(Reason.SIDE_STREAM, late)
         if verdict.reason is None:
             return None
         if s.config.gate.reference_fallback == "reject":
@@ -161,11 +178,41 @@ class Kernels:
         return None
 
 
+def kernel_times(traced: trace.CallTrace, own: tuple[str, ...]) -> tuple[KernelTime, ...]:
+    """The traced call's activities summed per (name, stream), in first-launch order."""
+    rows: dict[tuple[str, int], list[float]] = {}
+    for a in traced.activities:
+        row = rows.setdefault((a.name, a.stream), [0.0, 0])
+        row[0] += a.gpu_us
+        row[1] += 1
+    own_set = set(own)
+    return tuple(KernelTime(name, stream, round(us, 3), int(n), name in own_set)
+                 for (name, stream), (us, n) in rows.items())
+
+
+def side_stream_detail(traced: trace.CallTrace) -> str:
+    """"" when all of the traced call's work ran on its stream before the marker; else what ran
+    outside it."""
+    late = traced.late()
+    if late:
+        worst = max(late, key=lambda a: a.end_us)
+        return (f"{len(late)} kernel(s) or copies the call launched were still running after it "
+                f"returned and a marker on its stream had started: {fallback.function_name(worst.name)}"
+                f" on stream {worst.stream} ended {worst.end_us - traced.marker_start_us:.1f} us "
+                "after the marker (work outside the timed stream: the CUDA events would not see "
+                "it)")
+    if traced.stream_changed:
+        return ("the call left another CUDA stream current: work after it would not be on the "
+                "timed stream")
+    return ""
+
+
 class Time:
     """The reference and the candidate timed interleaved on the timing input sets (rotated per
     trial; the candidate gets its own copies, kept for the checks after timing), with an L2 flush
     and the settings of TimingConfig (evokernel.timing.interleaved.time_interleaved). Records
-    reference_ms, candidate_ms and time_s."""
+    reference_ms, candidate_ms and time_s. An empty call ("idle") is timed beside them, trial
+    for trial, to calibrate the side-stream rule under the same host load."""
 
     name = "time"
 
@@ -184,7 +231,8 @@ class Time:
         with gate_run.strict_fp32(), torch.no_grad():
             t.stats = time_interleaved(
                 {"reference": lambda i: s.ref.model(*sets[i % n]), "candidate": timed_candidate},
-                s.config.timing, device=s.device, flush=s.flusher)
+                s.config.timing, device=s.device, flush=s.flusher,
+                probes={"idle": lambda i: None})
         t.fields.update(reference_ms=t.stats["reference"].median_ms,
                         candidate_ms=t.stats["candidate"].median_ms,
                         time_s=time.perf_counter() - start)
@@ -192,20 +240,23 @@ class Time:
 
 
 class SideStream:
-    """SIDE_STREAM when the whole device was busy much longer than the CUDA events on the timed
-    stream saw (evokernel.timing.interleaved.side_stream_suspect): work outside the timed
-    stream."""
+    """SIDE_STREAM when, over the timed trials, the whole device stayed busy much longer than the
+    CUDA events on the timed stream saw, compared with an empty call timed beside it under the
+    same host load (evokernel.timing.interleaved.side_stream_suspect): work outside the timed
+    stream in calls the trace did not see (a candidate that behaves differently when traced)."""
 
     name = "side_stream"
 
     def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
-        c = t.stats["candidate"]
-        if not side_stream_suspect(c):
+        c, idle = t.stats["candidate"], t.stats.get("idle")
+        if not side_stream_suspect(c, idle):
             return None
+        base = (f"; an empty call timed beside it: {idle.host_median_ms - idle.median_ms:.4f} ms "
+                "over its events") if idle is not None else ""
         return t.reject(Reason.SIDE_STREAM,
                         f"CUDA events saw {c.median_ms:.4f} ms but the whole device, synchronized, "
-                        f"was busy for {c.host_median_ms:.4f} ms: work runs outside the timed "
-                        "stream")
+                        f"was busy for {c.host_median_ms:.4f} ms{base}: work runs outside the "
+                        "timed stream")
 
 
 class Inputs:
@@ -245,8 +296,10 @@ class Outputs:
 
 
 class Floor:
-    """IMPOSSIBLE_SPEED when the candidate's time is below the physical floor less its margin
-    (evokernel.timing.floor.impossible)."""
+    """IMPOSSIBLE_SPEED when the candidate is faster than the memory floor allows: its minimum
+    bytes at the fastest rate this device moves bytes, less the stated margin
+    (evokernel.timing.floor.impossible). The reference's FLOP count is never a reason: a kernel
+    may legitimately do less arithmetic (structure, Winograd, FFT, Strassen-like schemes)."""
 
     name = "floor"
 
@@ -255,8 +308,11 @@ class Floor:
         if not impossible(cand_ms, s.floor_ms):
             return None
         return t.reject(Reason.IMPOSSIBLE_SPEED,
-                        f"{cand_ms:.4f} ms is below the physical floor {s.floor_ms:.4f} ms "
-                        f"({s.bound}-bound: {s.flops:.3g} FLOP, {s.min_bytes:.3g} bytes)")
+                        f"{cand_ms:.4f} ms is below {IMPOSSIBLE_MARGIN:.0%} of the memory floor "
+                        f"{s.floor_ms:.4f} ms ({s.min_bytes:.3g} bytes, each input element read "
+                        f"once and each output element written once, at "
+                        f"{s.peaks.bandwidth_gbs:.0f} GB/s, the fastest copy, read or write "
+                        "measured on this device)")
 
 
 class Accept:

@@ -2,8 +2,10 @@
 
 A candidate can pass the precision gate by calling the reference's own op (``torch.softmax``,
 ``torch.matmul``, cuDNN through ``F.conv2d``), directly or in a ``try/except`` around a custom
-kernel that fails. The worker profiles one call of the reference (at set-up) and one call of the
-candidate (gate_run.profile_kernels) and judges the two lists of kernel names here:
+kernel that fails. KernelBench lets a candidate replace some of the reference's operators and
+keep others; so does evokernel, up to a stated share. The worker traces one call of the reference
+(at set-up) and one call of the candidate (evokernel.gate.trace) and judges the two lists of
+kernels here:
 
 * **library kernels** are PyTorch's (names in the ``at::`` / ``at_cuda_detail`` / ``c10::``
   namespaces, inductor's ``triton_*_fused``) and cuBLAS/cuDNN's (``nvjet_*``, ``sm90_xmma_*``,
@@ -11,18 +13,25 @@ candidate (gate_run.profile_kernels) and judges the two lists of kernel names he
   ``gemv2T_kernel``, ``splitKreduce_kernel``, ...). Every other kernel, including CUTLASS or CUB
   templates compiled into the candidate's own extension, is the candidate's **own**; so is any
   kernel whose function name is a ``__global__`` function in the candidate's source.
-* the reference's **main kernels** are those that take at least MAIN_SHARE of its kernel time
-  (at least the largest one).
-* a candidate library kernel is a **fallback** when it is one of the main kernels (the same
-  demangled name; the same function name, or one extending the other as ATen's shape-dependent
-  variants do, suffices unless it is a generic ATen launcher such as
+* a candidate library kernel is a **reference kernel** when the reference launches it too (the
+  same demangled name; the same function name, or one extending the other as ATen's
+  shape-dependent variants do, suffices unless it is a generic ATen launcher such as
   ``vectorized_elementwise_kernel`` or ``reduce_kernel``, whose functor is the op), or when both
   are dense-algebra library kernels (GEMM or convolution: cuBLAS/cuDNN), whatever the tile.
 
-Verdicts (GateConfig.reference_fallback = "reject"): REFERENCE_FALLBACK if any fallback kernel
-ran; else NO_KERNEL_LAUNCHED if no own kernel ran. Other library kernels (a fill, a copy for
-``.contiguous()``, a ReLU left to PyTorch) are only reported, as the flag ``aten_kernels:...``.
-Pure string logic: tested on the CPU with recorded names (tests/gate/test_gate_cheats.py).
+**The rule** (GateConfig.reference_fallback = "reject"): REFERENCE_FALLBACK when reference kernels
+take at least MAX_REFERENCE_SHARE (half) of the candidate's GPU time; else NO_KERNEL_LAUNCHED when
+no own kernel ran; else accepted, the share reported as the flag ``reference_kernels:<share>``.
+Why half: a candidate that spends a share s of its time in reference kernels which do a fraction
+f of the reference's work takes at least f x (the reference's time) / s, so its speedup is at most
+s / f. A candidate whose output comes from the reference's kernels alone reuses them all
+(f ~ 1): below half, its speedup is under 0.5 and cannot win a search. A candidate that keeps a
+small part of the reference (KernelBench problem 98, KL divergence: its own element-wise kernel,
+then ``torch.sum``) spends most of its time in its own kernels and is accepted, with the share
+shown. Other library kernels (a fill, a copy for ``.contiguous()``) are only reported, as the
+flag ``aten_kernels:...``. The reference's **main kernels** (at least MAIN_SHARE of its kernel
+time) are kept for information. Pure string and arithmetic logic: tested on the CPU with recorded
+names (tests/gate/test_gate_cheats.py).
 """
 from __future__ import annotations
 
@@ -33,6 +42,8 @@ from evokernel.records import Reason
 
 #: A reference kernel taking at least this share of the reference's kernel time is main work.
 MAIN_SHARE = 0.2
+#: Reference kernels taking at least this share of the candidate's GPU time: REFERENCE_FALLBACK.
+MAX_REFERENCE_SHARE = 0.5
 
 _LIBRARY_NAMESPACE = re.compile(r"(?:^|[\s(<,:])(?:at|c10|at_cuda_detail|caffe2)::")
 _LIBRARY_NAME = re.compile(
@@ -143,8 +154,9 @@ def _matches(kernel: str, main: str) -> bool:
 
 @dataclass(frozen=True)
 class KernelVerdict:
-    """What one profiled candidate call launched. ``reason`` is None (fine),
-    REFERENCE_FALLBACK or NO_KERNEL_LAUNCHED; ``flags`` are always reported."""
+    """What one traced candidate call launched. ``reason`` is None (fine), REFERENCE_FALLBACK or
+    NO_KERNEL_LAUNCHED; ``reference_share`` is the share of its GPU time in reference kernels
+    (by launch count when no times were recorded); ``flags`` are always reported."""
 
     reason: Reason | None
     detail: str
@@ -152,32 +164,52 @@ class KernelVerdict:
     fallback: tuple[str, ...]
     library: tuple[str, ...]
     flags: tuple[str, ...]
+    reference_share: float = 0.0
 
 
-def judge_kernels(candidate: list[tuple[str, float]], reference_main: tuple[str, ...],
+def _share(candidate: list[tuple[str, float]], names: set[str]) -> float:
+    total = sum(max(0.0, us) for _, us in candidate)
+    if total > 0:
+        return sum(max(0.0, us) for n, us in candidate if n in names) / total
+    return sum(n in names for n, _ in candidate) / len(candidate) if candidate else 0.0
+
+
+def judge_kernels(candidate: list[tuple[str, float]], reference: list[tuple[str, float]],
                   source: str = "") -> KernelVerdict:
-    """Judge the kernels of one candidate call (``candidate``: (name, us) in launch order)
-    against the reference's main kernels (main_kernels), see the module docstring."""
+    """Judge the kernels of one candidate call against the reference's (see the module docstring).
+
+    Args:
+        candidate: (demangled name, device us) of each kernel the candidate's call launched.
+        reference: the same for one reference call (every kernel, not only the main ones).
+        source: the candidate's source, whose ``__global__`` functions are its own kernels.
+    Returns: the KernelVerdict.
+    """
     own_names = own_kernel_names(source)
     names = list(dict.fromkeys(n for n, _ in candidate))
+    ref_names = list(dict.fromkeys(n for n, _ in reference))
     own = tuple(n for n in names if not is_library(n, own_names))
     library = tuple(n for n in names if is_library(n, own_names))
-    fallback = tuple(n for n in library if any(_matches(n, m) for m in reference_main))
+    reused = tuple(n for n in library if any(_matches(n, m) for m in ref_names))
+    share = _share(candidate, set(reused))
     short = lambda ns: ", ".join(dict.fromkeys(function_name(n) for n in ns))  # noqa: E731
     flags = []
     if library:
         flags.append(f"aten_kernels:{short(library)[:200]}")
-    if fallback:
-        flags.append(f"reference_fallback:{short(fallback)[:200]}")
+    if reused:
+        flags.append(f"reference_kernels:{share:.0%}:{short(reused)[:200]}")
+    if reused and share >= MAX_REFERENCE_SHARE:
+        flags.append(f"reference_fallback:{short(reused)[:200]}")
         return KernelVerdict(Reason.REFERENCE_FALLBACK,
-                             f"the candidate launched the reference's own kernel(s) for the main "
-                             f"work: {short(fallback)} (reference: {short(reference_main)}); its "
-                             f"own kernels: {short(own) or 'none'}", own, fallback, library,
-                             tuple(flags))
+                             f"{share:.0%} of the candidate's GPU time is in kernels the reference "
+                             f"itself launches ({short(reused)}; allowed: under "
+                             f"{MAX_REFERENCE_SHARE:.0%}); its own kernels: {short(own) or 'none'}",
+                             own, reused, library, tuple(flags), share)
     if not own:
         flags.append("no_own_kernel")
         what = short(library) if library else "no kernel at all"
         return KernelVerdict(Reason.NO_KERNEL_LAUNCHED, "the candidate launched no kernel of its "
-                             f"own (only: {what})", own, fallback, library, tuple(flags))
-    return KernelVerdict(None, f"own kernels: {short(own)}", own, fallback, library,
-                         tuple(flags))
+                             f"own (only: {what})", own, reused, library, tuple(flags), share)
+    detail = f"own kernels: {short(own)}"
+    if reused:
+        detail += f"; {share:.0%} of its GPU time in the reference's kernels ({short(reused)})"
+    return KernelVerdict(None, detail, own, reused, library, tuple(flags), share)

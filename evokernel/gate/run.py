@@ -1,5 +1,6 @@
 """Running candidate code for the gate: strict FP32, fresh input clones, poisoned free memory,
-launch-error checks, exceptions as named reasons, and the kernel profile of one call.
+launch-error checks and exceptions as named reasons (the GPU trace of one call is
+evokernel.gate.trace).
 
 evokernel.gate.judge judges what these functions return; nothing here decides a verdict beyond naming
 why a call itself failed. Device-agnostic where it can be: on the CPU there is nothing to poison,
@@ -7,14 +8,12 @@ synchronize or profile.
 """
 from __future__ import annotations
 
-import math
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
-from loguru import logger
 
 from evokernel.gate import maths as gm
 from evokernel.records import Reason
@@ -208,54 +207,3 @@ def exception_reason(e: BaseException) -> Reason:
 def traceback_tail(e: BaseException, limit: int = 4000) -> str:
     """The last ``limit`` characters of ``e``'s formatted traceback."""
     return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-limit:]
-
-
-def profile_kernels(call: Callable[[], object], device: torch.device
-                    ) -> list[tuple[str, float]] | None:
-    """The GPU kernels one ``call()`` launches, as (demangled name, device time in us), in
-    launch order, from torch.profiler (CUPTI activity tracing; memcpy/memset excluded).
-
-    The whole device is synchronized before and after, so kernels on side streams and from
-    other threads are included. Returns None when profiling is not possible (no CUDA, the
-    profiler fails or records no device activity at all); exceptions from ``call`` propagate.
-    """
-    if device.type != "cuda":
-        return None
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize(device)
-    try:
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-        prof.__enter__()
-    except Exception as e:  # noqa: BLE001 -- profiler unavailable: the check is skipped
-        logger.warning("torch.profiler unavailable: {}", e)
-        return None
-    try:
-        call()
-        torch.cuda.synchronize(device)
-    except BaseException:
-        try:
-            prof.__exit__(None, None, None)
-        except Exception:  # noqa: BLE001 -- the candidate's exception is the one to report
-            pass
-        raise
-    try:
-        prof.__exit__(None, None, None)
-        events = prof.events()
-    except Exception as e:  # noqa: BLE001
-        logger.warning("torch.profiler: no events: {}", e)
-        return None
-    kernels = []
-    for ev in events:
-        if getattr(ev, "device_type", None) != DeviceType.CUDA:
-            continue
-        name = str(ev.name)
-        kind = str(getattr(ev, "activity_type", "") or "").lower()
-        if name.startswith(("Memcpy", "Memset")) or "memcpy" in kind or "memset" in kind:
-            continue
-        try:
-            us = float(ev.time_range.elapsed_us())
-        except Exception:  # noqa: BLE001
-            us = 0.0
-        kernels.append((name, us if math.isfinite(us) else 0.0))
-    return kernels

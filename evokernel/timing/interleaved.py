@@ -94,6 +94,11 @@ class TimingStats:
         return float(statistics.median(self.host_times_ms))
 
     @property
+    def excess_ms(self) -> tuple[float, ...]:
+        """Each trial's whole-device time less its event time (ms), in trial order."""
+        return tuple(h - e for h, e in zip(self.host_times_ms, self.times_ms))
+
+    @property
     def rel_ci(self) -> float:
         """Relative half-width of the CI: max(median - low, high - median) / median (inf if
         unbounded or the median is 0)."""
@@ -146,9 +151,23 @@ def median_ci(times: Sequence[float], confidence: float = 0.95) -> tuple[float, 
     return xs[k - 1], xs[k_high - 1]
 
 
-def side_stream_suspect(stats: TimingStats, *, factor: float = SIDE_STREAM_FACTOR,
+def side_stream_suspect(stats: TimingStats, idle: TimingStats | None = None, *,
+                        factor: float = SIDE_STREAM_FACTOR,
                         slack_ms: float = SIDE_STREAM_SLACK_MS) -> bool:
-    """True if the whole-device median is much larger than the event-timed one.
+    """True if the whole-device time is much larger than the event-timed one.
+
+    With ``idle`` (the stats of an empty call timed interleaved with ``stats``, trial for trial:
+    :func:`time_interleaved`'s ``probes``), each trial's excess ``host - event`` is compared with
+    the idle call's, measured beside it under the same host load: suspect when the lower quartile
+    of the candidate's excesses exceeds the idle call's lower quartile by more than
+    ``slack_ms + (factor - 1) * median_ms``. The done-event latency, the host's wake-up and the
+    spin's start, which host load stretches (to a p90 of 3.9 ms with 16 busy loops on an H200's
+    16 cores, results/h200-2026-12-01-s5), only ever add time, and they do so to both calls: a
+    lower quartile moves only once three quarters of the trials are delayed, while work hidden
+    on another stream adds to every trial of the candidate. This is the second signal: the first
+    is the traced call (evokernel.engine.stages.Kernels), which host load cannot move.
+
+    Without ``idle`` the old rule applies to the medians alone, with nothing calibrated beside it:
 
     Rule: ``host_median_ms > factor * median_ms + slack_ms`` (defaults 1.2 and 0.05 ms).
     With ``hide_host_ms = 0`` the whole-device time is the host's wall time: the events are
@@ -170,10 +189,22 @@ def side_stream_suspect(stats: TimingStats, *, factor: float = SIDE_STREAM_FACTO
     work shows in the second only: either after the start event, or as a delayed spin. Before
     the latency was subtracted, legitimate kernels of 0.04-0.07 ms on an H200 read 0.06 ms more
     and were rejected (session 4, call 1).
-    Inputs: stats of one function; factor (>= 1) and slack_ms (ms).
+    Inputs: stats of one function, optionally the idle probe's; factor (>= 1) and slack_ms (ms).
     Returns: True if the candidate should be rejected as ``Reason.SIDE_STREAM``.
     """
-    return stats.host_median_ms > factor * stats.median_ms + slack_ms
+    if idle is None:
+        return stats.host_median_ms > factor * stats.median_ms + slack_ms
+    return (lower_quartile(stats.excess_ms) - max(lower_quartile(idle.excess_ms), 0.0)
+            > slack_ms + (factor - 1.0) * stats.median_ms)
+
+
+def lower_quartile(values: Sequence[float]) -> float:
+    """The 25th percentile of ``values`` (the order statistic at rank floor((n - 1) / 4) + 1).
+    Raises: ValueError if ``values`` is empty."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("lower_quartile of no values")
+    return xs[(len(xs) - 1) // 4]
 
 
 def _cuda_device(device: torch.device | int | str | None) -> torch.device:
@@ -313,7 +344,9 @@ def warm_up(fn: Callable[[int], object], warmup_ms: float, clock: Clock) -> int:
 def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingConfig, *,
                      device: torch.device | int | str | None = None,
                      clock: Clock | None = None,
-                     flush: L2Flusher | None = None) -> dict[str, TimingStats]:
+                     flush: L2Flusher | None = None,
+                     probes: Mapping[str, Callable[[int], object]] | None = None
+                     ) -> dict[str, TimingStats]:
     """Time several functions against each other, interleaved.
 
     Inputs:
@@ -326,13 +359,17 @@ def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingC
             when CUDA is unavailable).
         clock: a :class:`Clock`; default :func:`default_clock` (device, flush).
         flush: an L2Flusher to reuse (saves allocating 2x L2 per call); ignored with ``clock``.
+        probes: name -> function timed in every round after ``fns``, the same way, but left out
+            of the stopping rule (an empty call whose times calibrate the side-stream rule
+            beside the measurement, :func:`side_stream_suspect`); not warmed up.
     Procedure: warm up each function in turn; then trial i calls fn_1(i), fn_2(i), ... in the
     mapping's order (A B A B ...). After ``min_trials``, and then after each round (the count
     grows by half, at least 10), stop as soon as every function's median has a 95% CI within
     ``target_rel_ci`` (relative half-width, :attr:`TimingStats.rel_ci`), or at ``max_trials``,
     or once ``max_time_s`` of trial wall time (warm-up excluded) has passed; at least one
     trial per function is always taken. Garbage collection is off during the trials.
-    Returns: name -> TimingStats (every function has the same number of trials).
+    Returns: name -> TimingStats of every function and probe (all have the same number of
+        trials).
     Raises: ValueError if ``fns`` is empty or holds a non-callable; whatever a function raises
         (e.g. torch's RuntimeError/AcceleratorError on a kernel fault) propagates unchanged.
     """
@@ -343,6 +380,12 @@ def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingC
         raise ValueError(f"time_interleaved: not callable: {bad}")
     clock = clock if clock is not None else default_clock(device, flush, config.hide_host_ms)
     names = list(fns)
+    probes = dict(probes or {})
+    clash = sorted(set(probes) & set(fns))
+    if clash or any(not callable(p) for p in probes.values()):
+        raise ValueError(f"time_interleaved: probes must be callables named apart from fns "
+                         f"({clash or 'not callable'})")
+    everything = {**fns, **probes}
     gc_was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
@@ -350,20 +393,20 @@ def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingC
         for name in names:
             calls = warm_up(fns[name], config.warmup_ms, clock)
             logger.debug("warm-up {}: {} calls", name, calls)
-        events: dict[str, list[float]] = {n: [] for n in names}
-        hosts: dict[str, list[float]] = {n: [] for n in names}
+        events: dict[str, list[float]] = {n: [] for n in everything}
+        hosts: dict[str, list[float]] = {n: [] for n in everything}
         t0 = clock.now_s()
         trial, target, out_of_time = 0, config.min_trials, False
         while True:
             while trial < target and not out_of_time:
-                for name in names:
-                    ev_ms, host_ms = clock.trial(lambda f=fns[name], i=trial: f(i))
+                for name, fn in everything.items():
+                    ev_ms, host_ms = clock.trial(lambda f=fn, i=trial: f(i))
                     events[name].append(ev_ms)
                     hosts[name].append(host_ms)
                 trial += 1
                 out_of_time = clock.now_s() - t0 >= config.max_time_s
-            stats = {n: TimingStats.from_times(events[n], hosts[n]) for n in names}
-            converged = all(s.rel_ci <= config.target_rel_ci for s in stats.values())
+            stats = {n: TimingStats.from_times(events[n], hosts[n]) for n in everything}
+            converged = all(stats[n].rel_ci <= config.target_rel_ci for n in names)
             if converged or out_of_time or trial >= config.max_trials:
                 break
             target = min(config.max_trials, max(trial + 10, math.ceil(trial * 1.5)))
@@ -374,5 +417,5 @@ def time_interleaved(fns: Mapping[str, Callable[[int], object]], config: TimingC
         why = "max_time_s" if out_of_time else "max_trials"
         logger.warning("timing stopped at {} ({} trials) before the CI target {:.3g}: {}", why,
                        trial, config.target_rel_ci,
-                       {n: round(s.rel_ci, 4) for n, s in stats.items()})
+                       {n: round(stats[n].rel_ci, 4) for n in names})
     return stats

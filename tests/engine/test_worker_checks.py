@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import evokernel.build.cache as extension_cache
-import evokernel.gate.run as gate_run
+import evokernel.gate.trace as trace
 import evokernel.engine.session as session_mod
 from evokernel.config import EvalConfig, GateConfig, TimingConfig
 from evokernel.gate.reference import GateReference
@@ -115,9 +115,14 @@ _LIMIT = [0]
 
 
 def _profile(call, device):
+    """The stubbed trace: each named kernel runs 1 us after the previous one on stream 7; one
+    named "late:..." runs on stream 13 and ends 50 us after the marker."""
     _KERNELS.clear()
     call()
-    return [(k, 1.0) for k in _KERNELS]
+    marker = float(len(_KERNELS) + 1)
+    return trace.CallTrace(tuple(
+        trace.TracedKernel(k[5:], 13, float(i), marker + 50.0) if k.startswith("late:")
+        else trace.TracedKernel(k, 7, float(i), i + 1.0) for i, k in enumerate(_KERNELS)), marker)
 
 
 def _session(policy="reject", floor_ms=1e-9):
@@ -132,6 +137,7 @@ def _session(policy="reject", floor_ms=1e-9):
     s.timing_inputs = s.ref.timing_input_sets(3)
     s.flusher, s.compile_ms, s._expected = None, None, {}
     s.floor_ms, s.bound, s.flops, s.min_bytes = floor_ms, "memory", 0, 1
+    s.compute_floor_ms, s.peaks = None, types.SimpleNamespace(bandwidth_gbs=4000.0)
     s.reference_kernels, s.main_kernels = [(ATEN_SOFTMAX, 10.0)], (ATEN_SOFTMAX,)
     s.tamper = Tamper()
     return s
@@ -141,7 +147,7 @@ def _session(policy="reject", floor_ms=1e-9):
 def _stubs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(extension_cache, "load_candidate", _load)
-    monkeypatch.setattr(gate_run, "profile_kernels", _profile)
+    monkeypatch.setattr(trace, "trace_call", _profile)
     _LIMIT[0] = 0
 
 
@@ -215,3 +221,23 @@ def test_tampering_on_an_early_exit_is_blamed_on_its_candidate():
     assert bad.reason is Reason.TIMER_TAMPERING and "time.perf_counter" in bad.detail
     good, fatal = s.evaluate(Candidate(source=HONEST))
     assert good.accepted and not fatal, good.detail
+
+
+SIDE_STREAM = HEADER + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        KERNELS.append("late:hidden_softmax_kernel(float const*, float*)")
+        return own_softmax(x)
+'''
+
+
+def test_work_left_running_after_the_traced_call_is_a_side_stream():
+    r = run(SIDE_STREAM)
+    assert r.reason is Reason.SIDE_STREAM, r.detail
+    assert "hidden_softmax_kernel" in r.detail and "stream 13" in r.detail
+    assert [k.name for k in r.kernels] == ["hidden_softmax_kernel(float const*, float*)", OWN]
+
+
+def test_the_traced_kernels_are_kept_in_the_result():
+    r = run(HONEST)
+    assert r.accepted and [(k.name, k.own) for k in r.kernels] == [(OWN, True)]

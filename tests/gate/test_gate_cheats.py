@@ -457,25 +457,68 @@ def test_main_kernels_by_time_share():
 
 def test_judge_kernels():
     own = ("softmax_block_kernel(float const*, float*, long, long)", 50.0)
-    ok = fallback.judge_kernels([(FILL, 1.0), own], (SOFTMAX_ATEN,), OWN_SOURCE)
+    ref = [(SOFTMAX_ATEN, 40.0)]
+    ok = fallback.judge_kernels([(FILL, 1.0), own], ref, OWN_SOURCE)
     assert ok.reason is None and any(f.startswith("aten_kernels:") for f in ok.flags)
-    mixed = fallback.judge_kernels([own, (SOFTMAX_ATEN, 40.0), (COPY, 5.0)], (SOFTMAX_ATEN,),
-                                   OWN_SOURCE)
+    # The reference's own softmax for most of the time beside a small kernel of its own.
+    mixed = fallback.judge_kernels([("softmax_block_kernel(float const*, float*, long, long)",
+                                     10.0), (SOFTMAX_ATEN, 40.0), (COPY, 5.0)], ref, OWN_SOURCE)
     assert mixed.reason is Reason.REFERENCE_FALLBACK and "cunn_SoftMaxForward" in mixed.detail
-    only_torch = fallback.judge_kernels([(SOFTMAX_ATEN, 40.0)], (SOFTMAX_ATEN,), "")
+    assert "73%" in mixed.detail and mixed.reference_share == pytest.approx(40 / 55)
+    only_torch = fallback.judge_kernels([(SOFTMAX_ATEN, 40.0)], ref, "")
     assert only_torch.reason is Reason.REFERENCE_FALLBACK
-    composed = fallback.judge_kernels([(FILL, 1.0), (COPY, 2.0)], (SOFTMAX_ATEN,), "")
+    composed = fallback.judge_kernels([(FILL, 1.0), (COPY, 2.0)], ref, "")
     assert composed.reason is Reason.NO_KERNEL_LAUNCHED and "no_own_kernel" in composed.flags
-    nothing = fallback.judge_kernels([], (SOFTMAX_ATEN,), "")
+    nothing = fallback.judge_kernels([], ref, "")
     assert nothing.reason is Reason.NO_KERNEL_LAUNCHED and "no kernel at all" in nothing.detail
     # A GEMM reference: another cuBLAS tile is still the reference's GEMM; a generic ATen
     # launcher with another functor (ReLU vs fill) is not the reference's op.
     linear = fallback.judge_kernels([(GEMM2, 80.0), ("relu_kernel(float*, long)", 3.0)],
-                                    (GEMM,), OWN_SOURCE)
+                                    [(GEMM, 90.0)], OWN_SOURCE)
     assert linear.reason is Reason.REFERENCE_FALLBACK
     fused = fallback.judge_kernels([("linear_relu_kernel(float const*)", 80.0), (FILL, 1.0)],
-                                   (GEMM, RELU), "")
+                                   [(GEMM, 90.0), (RELU, 10.0)], "")
     assert fused.reason is None
+
+
+# KernelBench level 1 problem 98, KL divergence: F.kl_div(torch.log(predictions), targets,
+# reduction="batchmean"), batch 128 x 4096. Its reference launches a log, the kl_div element-wise
+# kernel, a sum and a division; a candidate that computes the element-wise part in one kernel of
+# its own and reduces with torch.sum launches the reference's very reduce_kernel. (Kernel names as
+# ATen 2.11 demangles them; the times are the shape of an H200 profile: the fused kernel reads
+# two inputs and writes one, the sum reads one.)
+KL_SUM = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+          "at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>"
+          "::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, "
+          "4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+          "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)"
+          "::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)")
+KL_REFERENCE = [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::log_kernel_cuda(at::"
+     "TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::"
+     "{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)", 4.2),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::kl_div_kernel_cuda(at::"
+     "TensorIteratorBase&)::{lambda(float, float)#1}, std::array<char*, 3ul> >(int, ...)", 5.1),
+    (KL_SUM, 4.0),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, "
+     "float, at::native::binary_internal::DivFunctor<float> >, std::array<char*, 3ul> >(int, "
+     "...)", 1.9)]
+
+
+def test_kl_divergence_with_its_own_elementwise_kernel_and_torch_sum_is_accepted():
+    """The case the old rule got wrong (rejected as reference_fallback for launching the
+    reference's reduce_kernel): the candidate's own kernel does most of its GPU time, so the
+    reused sum is reported, not rejected."""
+    own = ("kl_div_elementwise_kernel(float const*, float const*, float*, int)", 6.3)
+    source = "__global__ void kl_div_elementwise_kernel(const float* p, const float* q, float* o, int n)"
+    v = fallback.judge_kernels([own, (KL_SUM, 4.0)], KL_REFERENCE, source)
+    assert v.reason is None, v.detail
+    assert v.reference_share == pytest.approx(4.0 / 10.3)
+    assert any(f.startswith("reference_kernels:39%:reduce_kernel") for f in v.flags), v.flags
+    assert "39% of its GPU time in the reference's kernels (reduce_kernel)" in v.detail
+    # The same sum doing more of the work than the candidate's own kernel is a fallback.
+    heavy = fallback.judge_kernels([(own[0], 3.0), (KL_SUM, 4.0)], KL_REFERENCE, source)
+    assert heavy.reason is Reason.REFERENCE_FALLBACK and "57%" in heavy.detail
 
 
 # --- the fixtures' tags --------------------------------------------------------------------------

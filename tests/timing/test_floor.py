@@ -5,11 +5,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from evokernel.timing.floor import (DevicePeaks, count_flops, floor_ms, impossible, measure_peaks,
-                             min_bytes, peaks_path)
+from evokernel.timing.floor import (IMPOSSIBLE_MARGIN, DevicePeaks, bound, compute_floor_ms,
+                                    count_flops, impossible, measure_peaks, memory_floor_ms,
+                                    min_bytes, peaks_path)
 
 PEAKS = DevicePeaks(device_name="Fake GPU", copy_gbs=4000.0, fp32_tflops=50.0, tf32_tflops=400.0,
-                    bf16_tflops=800.0, torch_version=torch.__version__, measured_at="2025-01-01")
+                    bf16_tflops=800.0, torch_version=torch.__version__, measured_at="2025-01-01",
+                    read_gbs=4200.0, write_gbs=3900.0)
 
 
 class MatMul(nn.Module):
@@ -94,37 +96,55 @@ def test_min_bytes_dedup_broadcast_nesting():
     assert min_bytes([meta], [meta]) == 400
 
 
-# ---- floor_ms / impossible -------------------------------------------------------------------
+# ---- the memory floor, the compute floor, impossible --------------------------------------
 
-def test_floor_compute_bound_fp32_uses_tf32_rate():
+def test_the_memory_floor_uses_the_fastest_measured_byte_rate():
+    nbytes = 2 * 4096 * 65536 * 4                            # softmax: read once, write once
+    assert PEAKS.bandwidth_gbs == 4200.0                     # the read rate beats the copy's
+    assert memory_floor_ms(nbytes, PEAKS) == pytest.approx(nbytes / 4200e9 * 1e3)
+
+
+def test_the_compute_floor_is_the_fp32_rate_and_only_information():
     n = 4096
     flops, nbytes = 2 * n**3, 3 * n * n * 4
-    ms, bound = floor_ms(flops, nbytes, PEAKS)
-    assert bound == "compute"
-    assert ms == pytest.approx(flops / 400e12 * 1e3)          # 0.3436 ms, TF32 rate
-    assert floor_ms(flops, nbytes, PEAKS, torch.bfloat16)[0] == pytest.approx(ms / 2)
-    assert floor_ms(flops, nbytes, PEAKS, torch.float16)[0] == pytest.approx(ms / 2)
+    fp32 = compute_floor_ms(flops, PEAKS)
+    assert fp32 == pytest.approx(flops / 50e12 * 1e3)        # the FP32 rate, not TF32's
+    assert compute_floor_ms(flops, PEAKS, torch.bfloat16) == pytest.approx(flops / 800e12 * 1e3)
+    memory = memory_floor_ms(nbytes, PEAKS)
+    assert bound(memory, fp32) == "compute" and bound(memory, 0.0) == "memory"
 
 
-def test_floor_memory_bound_softmax():
-    nbytes = 2 * 4096 * 65536 * 4                            # read once, write once
-    ms, bound = floor_ms(0, nbytes, PEAKS)
-    assert bound == "memory" and ms == pytest.approx(nbytes / 4000e9 * 1e3)   # 0.537 ms
+def test_diag_matmul_computed_elementwise_is_not_impossible():
+    """KernelBench level 1 problem 12, torch.diag(A) @ B with N = 4096: an exact element-wise
+    kernel measured 0.0849 ms on an H200, which the old FLOP floor (0.3452 ms) rejected. Its
+    memory floor, A and B read once and the output written once, is far below that time."""
+    n = 4096
+    nbytes = (n + 2 * n * n) * 4
+    h200 = DevicePeaks(device_name="H200", copy_gbs=4300.0, fp32_tflops=51.0, tf32_tflops=400.0,
+                       bf16_tflops=780.0, torch_version="x", measured_at="x", read_gbs=4400.0,
+                       write_gbs=4100.0)
+    floor = memory_floor_ms(nbytes, h200)
+    assert floor == pytest.approx(0.0305, rel=0.02)
+    assert not impossible(0.0849, floor)
+    assert compute_floor_ms(2 * n**3, h200) > 0.0849          # the FLOP figure would have
 
 
-def test_floor_rejects_bad_arguments():
+def test_floors_reject_bad_arguments():
     with pytest.raises(ValueError):
-        floor_ms(-1, 0, PEAKS)
+        compute_floor_ms(-1, PEAKS)
     with pytest.raises(ValueError):
-        floor_ms(10, 10, PEAKS, torch.int8)
-    zero = DevicePeaks(**{**PEAKS.to_dict(), "copy_gbs": 0.0})
+        memory_floor_ms(-1, PEAKS)
     with pytest.raises(ValueError):
-        floor_ms(10, 10, zero)
+        compute_floor_ms(10, PEAKS, torch.int8)
+    zero = DevicePeaks(**{**PEAKS.to_dict(), "copy_gbs": 0.0, "read_gbs": 0.0, "write_gbs": 0.0})
+    with pytest.raises(ValueError):
+        memory_floor_ms(10, zero)
 
 
 def test_impossible():
-    assert impossible(0.89, 1.0)
-    assert not impossible(0.9, 1.0)
+    assert IMPOSSIBLE_MARGIN == 0.8
+    assert impossible(0.79, 1.0)
+    assert not impossible(0.8, 1.0)
     assert not impossible(1.2, 1.0)
     assert impossible(0.99, 1.0, margin=1.0)
     assert not impossible(0.5, 0.0)                          # no floor: nothing is impossible
@@ -132,6 +152,17 @@ def test_impossible():
         impossible(1.0, 1.0, margin=1.5)
     with pytest.raises(ValueError):
         impossible(float("nan"), 1.0)
+
+
+def test_old_peaks_without_read_and_write_rates_are_measured_again(tmp_path):
+    path = peaks_path(tmp_path, "Fake GPU", torch.__version__)
+    path.parent.mkdir(parents=True)
+    old = {k: v for k, v in PEAKS.to_dict().items() if k not in ("read_gbs", "write_gbs")}
+    path.write_text(json.dumps(old))
+    calls = []
+    got = measure_peaks(0, tmp_path, measure_fn=lambda d: (calls.append(d), PEAKS)[1],
+                        device_name="Fake GPU")
+    assert got == PEAKS and calls == [0]
 
 
 # ---- measure_peaks cache ---------------------------------------------------------------------
@@ -179,6 +210,6 @@ def test_peaks_path_slug(tmp_path):
 def test_measure_device_peaks_on_gpu():
     from evokernel.timing.floor import measure_device_peaks
     p = measure_device_peaks(torch.device("cuda"))
-    assert 100 < p.copy_gbs < 20_000
+    assert 100 < p.copy_gbs < 20_000 and 100 < p.read_gbs < 20_000 and 100 < p.write_gbs < 20_000
     assert 1 < p.fp32_tflops < p.tf32_tflops < p.bf16_tflops < 5_000
     assert torch.backends.cuda.matmul.allow_tf32 is False      # flags restored (default off)

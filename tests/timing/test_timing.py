@@ -228,6 +228,57 @@ def test_side_stream_rule():
     assert not side_stream_suspect(stats_of(1.0, 1.3), factor=1.5)
 
 
+def loaded(event_ms, extra_ms, rng, n=40, delayed=0.3, delay_ms=(0.5, 8.0)):
+    """Stats of ``n`` trials whose whole-device time is the event time plus ``extra_ms`` plus
+    the host's wake-up: 0.02-0.05 ms, and in a share ``delayed`` of the trials 0.5-8 ms more
+    (what 16 busy loops on 16 cores did to an H200's trials, results/h200-2026-12-01-s5)."""
+    hosts = []
+    for _ in range(n):
+        wake = rng.uniform(0.02, 0.05)
+        if rng.random() < delayed:
+            wake += rng.uniform(*delay_ms)
+        hosts.append(event_ms + extra_ms + wake)
+    return TimingStats.from_times([event_ms] * n, hosts)
+
+
+@pytest.mark.parametrize("delayed", [0.0, 0.3, 0.6])
+def test_host_load_does_not_flip_the_rule_calibrated_beside_it(delayed):
+    """With an empty call timed beside the candidate, host delays land in both and leave their
+    lower quartiles alone. The old rule, medians alone, flips once half the trials are delayed
+    (the rowsum fixtures' false side_stream rejections)."""
+    import random
+    rng = random.Random(1)
+    for event_ms in (0.004, 0.045, 0.3, 2.7):
+        cand, idle = loaded(event_ms, 0.0, rng, delayed=delayed), loaded(0.003, 0.0, rng,
+                                                                        delayed=delayed)
+        assert not side_stream_suspect(cand, idle), (event_ms, delayed)
+    flips = sum(side_stream_suspect(loaded(0.045, 0.0, rng, delayed=0.6)) for _ in range(20))
+    assert flips > 10                                         # the uncalibrated rule, for contrast
+
+
+@pytest.mark.parametrize("delayed", [0.0, 0.3, 0.6])
+def test_hidden_work_still_shows_against_the_calibration(delayed):
+    import random
+    rng = random.Random(2)
+    for event_ms, hidden_ms in ((0.02, 1.0), (1.0, 2.7), (0.3, 0.5)):
+        cand = loaded(event_ms, hidden_ms, rng, delayed=delayed)
+        idle = loaded(0.003, 0.0, rng, delayed=delayed)
+        assert side_stream_suspect(cand, idle), (event_ms, hidden_ms, delayed)
+
+
+def test_probes_are_timed_every_trial_but_never_hold_the_stopping_rule():
+    import itertools
+    noisy = itertools.cycle([0.001, 0.01, 0.1])               # never converges on its own
+    calls = []
+    clock = FakeClock(sample=lambda: next(noisy) if calls and calls[-1] == "idle" else 1.0)
+    stats = time_interleaved({"a": lambda i: calls.append("a")}, cfg(), clock=clock,
+                             probes={"idle": lambda i: calls.append("idle")})
+    assert stats["a"].trials == stats["idle"].trials == 20    # stopped at min_trials
+    assert calls[:4] == ["a", "a", "a", "idle"] or calls.count("idle") == 20
+    with pytest.raises(ValueError):
+        time_interleaved({"a": lambda i: None}, cfg(), clock=clock, probes={"a": lambda i: None})
+
+
 # ---- hiding the host's time (TimingConfig.hide_host_ms) --------------------------------------
 
 class FakeEvent:
@@ -360,6 +411,46 @@ def test_short_kernels_are_not_taken_for_side_stream_work(hide_host_ms):
         assert not side_stream_suspect(s), (name, s.median_ms, s.host_median_ms)
         # the whole-device time is the event time plus a few microseconds, not 0.05 ms more
         assert s.host_median_ms - s.median_ms < 0.03 or hide_host_ms == 0, name
+
+
+@pytest.mark.gpu
+def test_short_kernels_under_host_load_are_not_taken_for_side_stream_work():
+    """The same with 2 busy loops per core and the empty call timed beside them: the rule the
+    worker uses (calibrated beside the measurement) keeps every kernel; a 2.7 ms GEMM hidden on
+    a side stream is still caught."""
+    import multiprocessing as mp
+    import os
+    import time
+    dev = torch.device("cuda")
+    x = torch.randn(1 << 18, device=dev)
+    y = torch.randn(4096, 4096, device=dev)
+    side = torch.cuda.Stream()
+
+    def hidden(i):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y @ y
+    stop = time.time() + 60
+    busy = [mp.Process(target=_busy_until, args=(stop,)) for _ in range(2 * (os.cpu_count() or 2))]
+    for b in busy:
+        b.start()
+    try:
+        stats = time_interleaved({"tiny": lambda i: x * 2.0, "rowsum": lambda i: y.sum(dim=1),
+                                  "hidden": hidden},
+                                 cfg(warmup_ms=25.0, max_trials=100, max_time_s=20.0), device=dev,
+                                 probes={"idle": lambda i: None})
+    finally:
+        for b in busy:
+            b.terminate()
+    for name in ("tiny", "rowsum"):
+        assert not side_stream_suspect(stats[name], stats["idle"]), (name, stats[name])
+    assert side_stream_suspect(stats["hidden"], stats["idle"])
+
+
+def _busy_until(stop_at):
+    import time
+    while time.time() < stop_at:
+        pass
 
 
 @pytest.mark.gpu

@@ -1,0 +1,158 @@
+"""The GPU trace of one call: which kernels (and copies) it launched, on which streams, and when
+each ran on the GPU's own clock, with a marker kernel queued on the call's stream after it returns.
+
+Two checks read it (evokernel.engine.stages.Kernels): whose kernels did the work (the
+reference-fallback rule, evokernel.gate.fallback), and whether all of the call's work was done
+on its own stream: every kernel and copy the call launched must end before the marker starts
+(``CallTrace.late``). The times come from CUPTI's activity records through torch.profiler, taken
+by the GPU itself, so how busy the host is cannot move this verdict (the whole-device time of
+the timing loop can: results/h200-2026-12-01-s5/call1/probe.txt).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from loguru import logger
+
+#: Bound at import, before any candidate module runs (as evokernel.timing.spin does).
+_COMPILE_KERNEL = getattr(torch.cuda, "_compile_kernel", None)
+#: The marker: an empty kernel with a name no library kernel has.
+MARKER_NAME = "evokernel_stream_marker"
+MARKER_SOURCE = 'extern "C" __global__ void evokernel_stream_marker() {}'
+#: A kernel ending this long after the marker's start is late (CUPTI's timestamps are exact to
+#: well under a microsecond; a kernel on the marker's own stream ends before it starts).
+LATE_AFTER_US = 1.0
+
+_markers: dict[int, Any] = {}
+
+
+@dataclass(frozen=True)
+class TracedKernel:
+    """One GPU activity of a traced call: a kernel, or a copy/memset (``copy``).
+    start_us and end_us are on the profiler's clock, in microseconds."""
+
+    name: str
+    stream: int
+    start_us: float
+    end_us: float
+    copy: bool = False
+
+    @property
+    def gpu_us(self) -> float:
+        return max(0.0, self.end_us - self.start_us)
+
+
+@dataclass(frozen=True)
+class CallTrace:
+    """What one call launched (``activities``, in start order, the marker left out), when the
+    marker queued after it on the call's stream started (None when it was not recorded), and
+    whether the call left another stream current (``stream_changed``)."""
+
+    activities: tuple[TracedKernel, ...]
+    marker_start_us: float | None
+    stream_changed: bool = False
+
+    @property
+    def kernels(self) -> list[tuple[str, float]]:
+        """(name, device us) of each kernel, in launch order, copies left out (for the
+        reference-fallback rule)."""
+        return [(a.name, a.gpu_us) for a in self.activities if not a.copy]
+
+    def late(self, after_us: float = LATE_AFTER_US) -> tuple[TracedKernel, ...]:
+        """Activities that ended more than ``after_us`` after the marker started: work the call
+        left running outside its stream. () when the marker was not recorded."""
+        if self.marker_start_us is None:
+            return ()
+        return tuple(a for a in self.activities if a.end_us > self.marker_start_us + after_us)
+
+
+def _marker(device: torch.device) -> Callable[[], None]:
+    """A launcher of the marker kernel on the current stream (NVRTC through torch's wrapper; a
+    one-thread ``torch.cuda._sleep`` where this torch has none)."""
+    if _COMPILE_KERNEL is None:
+        return lambda: torch.cuda._sleep(1)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _markers:
+        with torch.cuda.device(index):
+            _markers[index] = _COMPILE_KERNEL(MARKER_SOURCE, MARKER_NAME)
+    kernel = _markers[index]
+    return lambda: kernel(grid=(1, 1, 1), block=(1, 1, 1), args=[])
+
+
+def prepare(device: torch.device) -> None:
+    """Compile the marker for ``device`` now (the worker does so at set-up, so that the marker is
+    in place before any candidate runs). Raises: RuntimeError if NVRTC fails."""
+    if device.type == "cuda":
+        _marker(device)
+
+
+def trace_call(call: Callable[[], object], device: torch.device) -> CallTrace | None:
+    """Trace one ``call()`` on ``device``: synchronize, start torch.profiler (CUDA activities),
+    call, queue the marker on the stream that was current before the call, synchronize, stop.
+
+    Returns: the CallTrace; None when tracing is not possible (no CUDA, the profiler fails or
+        records nothing at all). Exceptions from ``call`` propagate (the profiler is stopped).
+    """
+    if device.type != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    marker = _marker(device)
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.current_stream(device)
+    try:
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        prof.__enter__()
+    except Exception as e:  # noqa: BLE001 -- profiler unavailable: the checks are skipped
+        logger.warning("torch.profiler unavailable: {}", e)
+        return None
+    try:
+        call()
+        changed = torch.cuda.current_stream(device) != stream
+        with torch.cuda.stream(stream):
+            marker()
+        torch.cuda.synchronize(device)
+    except BaseException:
+        try:
+            prof.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 -- the candidate's exception is the one to report
+            pass
+        raise
+    finally:
+        if torch.cuda.current_stream(device) != stream:
+            torch.cuda.set_stream(stream)
+    try:
+        prof.__exit__(None, None, None)
+        events = prof.events()
+    except Exception as e:  # noqa: BLE001
+        logger.warning("torch.profiler: no events: {}", e)
+        return None
+    return _trace_from(events, DeviceType.CUDA, changed)
+
+
+def _trace_from(events: Any, cuda: Any, changed: bool) -> CallTrace | None:
+    acts, marker_start = [], None
+    for ev in events:
+        if getattr(ev, "device_type", None) != cuda:
+            continue
+        name = str(ev.name)
+        try:
+            start, end = float(ev.time_range.start), float(ev.time_range.end)
+        except Exception:  # noqa: BLE001 -- an event without times counts as instantaneous
+            start = end = 0.0
+        if not (math.isfinite(start) and math.isfinite(end)):
+            start = end = 0.0
+        if MARKER_NAME in name or (_COMPILE_KERNEL is None and "spin_kernel" in name):
+            marker_start = start if marker_start is None else max(marker_start, start)
+            continue
+        kind = str(getattr(ev, "activity_type", "") or "").lower()
+        copy = name.startswith(("Memcpy", "Memset")) or "memcpy" in kind or "memset" in kind
+        stream = int(getattr(ev, "device_resource_id", -1) or -1)
+        acts.append(TracedKernel(name, stream, start, end, copy))
+    if not acts and marker_start is None:
+        return None
+    acts.sort(key=lambda a: a.start_us)
+    return CallTrace(tuple(acts), marker_start, changed)
