@@ -149,6 +149,9 @@ class EvalConfig:
     trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
         <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; a failed light build is
         rebuilt from the source as written; evokernel.build.headers).
+    gpu_sharing: what to do when another process uses the GPU (evokernel.engine.gpu_share):
+        "wait" (default) waits up to ``gpu_wait_s`` seconds before a candidate and measures a
+        contended one again; "mark" only marks what was measured on a shared GPU.
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
@@ -160,6 +163,8 @@ class EvalConfig:
     cache_dir: str | None = None              # None: default_cache_dir()
     baseline: str = "eager"                   # fitness baseline: "eager" or "compile"
     measure_compile: bool = True              # also time torch.compile (reported)
+    gpu_sharing: str = "wait"                 # another process on the GPU: "wait" or "mark"
+    gpu_wait_s: float = 120.0                 # the longest wait for it to leave, per wait
 
     def __post_init__(self) -> None:
         for name, tp in (("gate", GateConfig), ("timing", TimingConfig)):
@@ -170,6 +175,11 @@ class EvalConfig:
             raise ConfigError("evaluation.baseline must be 'eager' or 'compile'")
         if self.baseline == "compile" and not self.measure_compile:
             raise ConfigError("evaluation.baseline='compile' needs measure_compile=True")
+        if self.gpu_sharing not in ("wait", "mark"):
+            raise ConfigError(f"evaluation.gpu_sharing must be 'wait' or 'mark', got "
+                              f"{self.gpu_sharing!r}")
+        if not _number("evaluation.gpu_wait_s", self.gpu_wait_s) >= 0:
+            raise ConfigError(f"evaluation.gpu_wait_s must be >= 0, got {self.gpu_wait_s}")
 
     @property
     def cache_path(self) -> Path:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol, Sequence
 from loguru import logger
 
 from evokernel.config import EvalConfig, RunConfig
+from evokernel.engine.gpu_share import NvmlProcesses, SharedGpuGuard
 from evokernel.errors import NoGPUError
 from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason
@@ -106,10 +107,25 @@ class CudaEvaluator:
                         for d in devices]
         self._pool = ThreadPoolExecutor(max_workers=self.builder.workers,
                                         thread_name_prefix="evokernel-build")
-        # Start the workers (reference truths, baselines, floor) while nothing else runs.
+        # Start the workers (reference truths, baselines, floor) while nothing else runs, once
+        # no other process uses their GPUs (or the wait is over: then the set-up is marked).
+        shared_at_setup = {}
+        for d in devices:
+            uuid = str(getattr(torch.cuda.get_device_properties(d), "uuid", "") or "")
+            _, others = SharedGpuGuard(NvmlProcesses(uuid), None, policy=config.gpu_sharing,
+                                       wait_s=config.gpu_wait_s).wait_until_free()
+            if others:
+                shared_at_setup[d] = list(others)
         infos = list(ThreadPoolExecutor(len(self.workers)).map(lambda w: w.start(), self.workers))
+        self.guards = [SharedGpuGuard(NvmlProcesses(i.get("uuid", "")), i.get("reference_ms"),
+                                      policy=config.gpu_sharing, wait_s=config.gpu_wait_s)
+                       for i in infos]
         self.info: dict[str, Any] = dict(infos[0])
         self.info["gpus"] = len(self.workers)
+        if shared_at_setup:
+            self.info["gpu_shared_at_setup"] = shared_at_setup
+            logger.warning("the baselines were measured while other processes used the GPU: {}",
+                           shared_at_setup)
         logger.info("GPU workers ready on {} x {}", len(self.workers), self.info.get("device"))
 
     def evaluate(self, candidates: Sequence[Candidate], on_result: OnResult | None = None,
@@ -139,20 +155,20 @@ class CudaEvaluator:
 
         gpu_queue: queue.Queue[tuple[Candidate, Any] | None] = queue.Queue()
 
-        def gpu_loop(worker: Any) -> None:
+        def gpu_loop(worker: Any, guard: SharedGpuGuard) -> None:
             while (item := gpu_queue.get()) is not None:
                 cand, build = item
                 emit("gating", cand.id)
-                r = worker.evaluate(cand, self.config.eval_timeout_s)
+                r = guard.run(lambda: worker.evaluate(cand, self.config.eval_timeout_s))
                 emit("gated", cand.id)
                 if r.accepted:
                     emit("timed", cand.id)
                 done(dataclasses.replace(r, build_s=build.build_s,
                                          flags=tuple(build.flags) + tuple(r.flags)))
 
-        gpu_threads = [threading.Thread(target=gpu_loop, args=(w,), daemon=True,
+        gpu_threads = [threading.Thread(target=gpu_loop, args=(w, g), daemon=True,
                                         name=f"evokernel-gpu{i}")
-                       for i, w in enumerate(self.workers)]
+                       for i, (w, g) in enumerate(zip(self.workers, self.guards))]
         for t in gpu_threads:
             t.start()
         unique = list({c.id: c for c in candidates}.values())

@@ -1,0 +1,127 @@
+"""evokernel.engine.gpu_share on the CPU: waiting for another process to leave the GPU, measuring
+a contended candidate again, marking what stays contended, the reference-drift watch, and the
+process-tree test that tells our own workers from another user's processes."""
+import subprocess
+import sys
+
+import pytest
+
+from evokernel.engine.gpu_share import (REFERENCE_DRIFT, NvmlProcesses, SharedGpuGuard,
+                                        descends_from)
+from evokernel.records import EvalResult, Reason, Verdict
+
+
+class Scripted:
+    """other PIDs as scripted, one entry per look (the last repeats)."""
+
+    def __init__(self, *looks):
+        self.looks, self.n = list(looks), 0
+
+    def others(self):
+        look = self.looks[min(self.n, len(self.looks) - 1)]
+        self.n += 1
+        return tuple(look)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def accepted(ref_ms=1.07, cand_ms=1.9):
+    return EvalResult("c1", Verdict.ACCEPT, Reason.OK, detail="accepted", reference_ms=ref_ms,
+                      candidate_ms=cand_ms)
+
+
+def guard(processes, policy="wait", wait_s=10.0, reference_ms=1.07):
+    c = Clock()
+    return SharedGpuGuard(processes, reference_ms, policy=policy, wait_s=wait_s, poll_s=1.0,
+                          sleep=c.sleep, clock=c.now), c
+
+
+def test_a_free_gpu_changes_nothing():
+    g, _ = guard(Scripted(()))
+    r = accepted()
+    assert g.run(lambda: r) is r
+
+
+def test_it_waits_for_another_process_to_leave_before_measuring():
+    g, clock = guard(Scripted((4242,), (4242,), (4242,), ()))
+    calls = []
+    r = g.run(lambda: (calls.append(clock.t), accepted())[1])
+    assert calls == [3.0] and r.accepted
+    assert "gpu_waited_s:3" in r.flags and not any("contended" in f for f in r.flags)
+
+
+def test_a_candidate_contended_while_measured_is_measured_again():
+    # free before, another process appears during the first measurement, gone after a wait
+    g, _ = guard(Scripted((), (77,), (77,), (), (), ()))
+    results = iter([accepted(ref_ms=3.6, cand_ms=3.89), accepted(ref_ms=1.07, cand_ms=1.76)])
+    r = g.run(lambda: next(results))
+    assert r.candidate_ms == 1.76 and "gpu_remeasured" in r.flags
+    assert not any(f.startswith("gpu_contended") for f in r.flags)
+
+
+def test_what_stays_contended_is_marked_in_flags_and_detail():
+    g, _ = guard(Scripted((99,)), wait_s=5.0)
+    calls = []
+    r = g.run(lambda: (calls.append(1), accepted())[1])
+    assert len(calls) == 1                                     # still shared: not measured again
+    assert any(f.startswith("gpu_contended:other processes on the GPU (pid 99)") for f in r.flags)
+    assert "measured on a shared GPU" in r.detail and "gpu_waited_s:10" in r.flags   # 2 waits
+
+
+def test_a_drifting_reference_is_noticed_without_nvml():
+    g, _ = guard(Scripted(()))
+    results = iter([accepted(ref_ms=3.60), accepted(ref_ms=3.55)])
+    r = g.run(lambda: next(results))
+    assert r.reference_ms == 3.55 and "gpu_remeasured" in r.flags
+    why = next(f for f in r.flags if f.startswith("gpu_contended"))
+    assert "the reference read 3.5500 ms against 1.0700 ms at set-up (+232%)" in why
+    assert REFERENCE_DRIFT == 0.15
+    assert not g.contention(accepted(ref_ms=1.07 * 1.1), ())       # within the drift allowed
+
+
+def test_mark_only_never_waits_or_measures_again():
+    g, clock = guard(Scripted((5,)), policy="mark")
+    calls = []
+    r = g.run(lambda: (calls.append(1), accepted())[1])
+    assert clock.t == 0.0 and len(calls) == 1 and any("gpu_contended" in f for f in r.flags)
+
+
+def test_a_gate_verdict_is_marked_but_not_measured_again():
+    g, _ = guard(Scripted((), (5,), ()))
+    calls = []
+    wrong = EvalResult.failure("c1", Reason.WRONG_FUNCTION, "error beyond 1000x")
+    r = g.run(lambda: (calls.append(1), wrong)[1])
+    assert len(calls) == 1 and r.reason is Reason.WRONG_FUNCTION
+    assert any(f.startswith("gpu_contended") for f in r.flags)
+
+
+def test_bad_policy():
+    with pytest.raises(ValueError):
+        SharedGpuGuard(Scripted(()), None, policy="ignore")
+
+
+def test_our_own_workers_are_not_other_users():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        import os
+        assert descends_from(child.pid, os.getpid())
+        assert descends_from(os.getpid(), os.getpid())
+        assert not descends_from(1, os.getpid())
+        assert not descends_from(2**22 + 7, os.getpid())         # no such process
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_without_nvml_others_is_empty():
+    lister = NvmlProcesses("00000000-0000-0000-0000-000000000000")
+    assert lister.others() == ()
