@@ -4,8 +4,13 @@
 #
 #   scripts/gpu_check.sh STAGE[,STAGE...] [RESULTS_DIR]
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
-#           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, prebuild-ab,
-#           hide-check, all
+#           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, gate-report-load,
+#           contention, prebuild-ab, hide-check, all
+#   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
+#          compiles of torch-header CUDA files and one busy loop per core), into
+#          RESULTS_DIR/gate_report_load/
+#   contention: `evokernel run softmax` (1 generation) while scripts/gpu_hog.py runs a matmul
+#          loop for HOG_S seconds (default 45) in another process; `show` of the run after
 #   hide-check: scripts/hide_host_check.py (event vs whole-device medians with and without
 #          timing.hide_host_ms) into RESULTS_DIR/hide_host_check.md
 #   prebuild-ab: the seeds and fixtures built cold twice, with and without <torch/extension.h>
@@ -68,7 +73,11 @@ machine_state
 # load and clocks every 5 s, for the whole call
 vmstat -t 5 >"$R/vmstat.txt" 2>&1 & VMSTAT=$!
 nvidia-smi dmon -s puc -d 5 >"$R/dmon.txt" 2>&1 & DMON=$!
-trap 'kill $VMSTAT $DMON 2>/dev/null' EXIT
+# On any exit (a stage's end, or `timeout -s TERM` stopping the whole call), stop the monitors and
+# pack what there is, so a call cut short still brings its results back.
+pack() { kill $VMSTAT $DMON 2>/dev/null; if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" "$R"; fi; }
+trap pack EXIT
+trap 'exit 143' TERM
 
 # Each stage is bounded by `timeout`, so a slow one still leaves its results and the table.
 LIMIT=${LIMIT:-560}
@@ -105,7 +114,7 @@ headline_mock() {
   $EK show "$R/headline_mock/softmax" >"$R/show_headline_mock.txt" 2>&1
 }
 CHECK_ARGS=${CHECK_ARGS:-}
-PREBUILD_FILES="problems/seeds/*.py tests/kernels/*.py tests/kernels/faults/*.py"  # globbed where used
+PREBUILD_FILES="problems/seeds/*.py tests/kernels/*.py tests/kernels/cheats/*.py tests/kernels/legit/*.py tests/kernels/faults/*.py"  # globbed where used
 for s in ${stage//,/ }; do
   case "$s" in
     prebuild) python3 scripts/prebuild.py $PREBUILD_FILES \
@@ -126,6 +135,21 @@ for s in ${stage//,/ }; do
     suite) timeout "$LIMIT" $EK suite problems/ -o "$R/suite" 2>&1 | tee "$R/suite.txt" | grep -v DEBUG | tail -25 ;;
     gate-report) timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report" ${GATE_ARGS:-} \
                    2>&1 | tee "$R/gate_report.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -120 ;;
+    gate-report-load)  # the gate report beside 8 compiles and a busy loop per core (issue 12)
+              setsid python3 scripts/load.py --builds 8 --busy "$(nproc)" --seconds "$LIMIT" \
+                >"$R/load.txt" 2>&1 & LOADPID=$!; sleep 5
+              timeout "$LIMIT" python3 experiments/gate_report.py --out "$R/gate_report_load" \
+                --repeat "${REPEAT:-1}" ${GATE_ARGS:-} 2>&1 | tee "$R/gate_report_load.txt" \
+                | grep -v -E "DEBUG|^W[0-9]" | grep -E "^(wrote|cheat fixtures|   BAD|==|- [0-9]+\.)"
+              kill -KILL -- -"$LOADPID" 2>/dev/null; wait "$LOADPID" 2>/dev/null; machine_state ;;
+    contention)  # `evokernel run softmax` while another process runs a matmul loop (issue 12)
+              rm -rf "$R/run_contended"
+              python3 scripts/gpu_hog.py --seconds "${HOG_S:-45}" >"$R/gpu_hog.txt" 2>&1 & HOG=$!
+              sleep 8
+              timeout "$LIMIT" $EK run softmax --generations 1 --population 2 --offspring 2 \
+                --no-compile-baseline --run-dir "$R/run_contended" 2>&1 | tee "$R/run_contended.txt" \
+                | grep -v DEBUG | tail -15
+              wait "$HOG"; $EK show "$R/run_contended" >"$R/show_contended.txt" 2>&1; tail -30 "$R/show_contended.txt" ;;
     bench) bench ;;
     hide-check) timeout "$LIMIT" python3 scripts/hide_host_check.py 2>&1 | grep -v DEBUG \
                   | tee "$R/hide_host_check.md" ;;
@@ -143,4 +167,3 @@ machine_state
 { python3 scripts/summarize.py "$R"
   if [ -f "$R/bench_summary.md" ]; then echo; tail -n +2 "$R/bench_summary.md"; fi
 } | tee "$R/summary.md"
-if [ -n "${OUT:-}" ]; then tar czf "$OUT/results.tgz" "$R"; fi

@@ -22,7 +22,8 @@ from evokernel.records import Candidate, EvalResult, Reason
 
 class WorkerState(Protocol):
     """What the stages read of the worker's per-problem state (evokernel.engine.session.Session):
-    the evaluation config and GPU arch, the device, the GateReference and its timing input sets,
+    the evaluation config and GPU arch, the device, the GateReference, its timing input sets and
+    the fresh input sets no candidate has seen,
     the L2 flusher, the floors and baselines, the reference's traced kernels and its main kernels
     (None: no profiler),
     the tamper checker, and PyTorch's own outputs on the timing sets."""
@@ -32,6 +33,7 @@ class WorkerState(Protocol):
     device: Any
     ref: Any
     timing_inputs: list
+    fresh_inputs: list
     flusher: Any
     floor_ms: float
     compute_floor_ms: float | None
@@ -42,7 +44,7 @@ class WorkerState(Protocol):
     main_kernels: tuple[str, ...] | None
     tamper: Any
 
-    def expected_outputs(self, gate_ref: Any) -> list[tuple[Any, ...]]: ...
+    def expected_outputs(self, gate_ref: Any, fresh: bool = False) -> list[tuple[Any, ...]]: ...
 
 
 @dataclass

@@ -48,6 +48,8 @@ class Session:
         with strict_fp32():
             self.ref = GateReference.build(self.module, config.gate, self.device, declared)
         self.timing_inputs = self.ref.timing_input_sets(3)
+        # Input sets no candidate call sees before the fresh-input check (stages.Fresh).
+        self.fresh_inputs = self.ref.timing_input_sets(3, first_seed=2000)
         self.flusher = L2Flusher(self.device)
         if config.timing.hide_host_ms > 0:      # compiled and launched now: fails at set-up
             from evokernel.timing.spin import DeviceSpin
@@ -62,7 +64,7 @@ class Session:
                            else None)
         self.reference_kernels, self.main_kernels = self._profile_reference()
         self.reference_ms = self._time_reference()
-        self._expected: dict[int, list[tuple[Any, ...]]] = {}
+        self._expected: dict[tuple[int, bool], list[tuple[Any, ...]]] = {}
         self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)
         self.info = self._info()
 
@@ -159,16 +161,17 @@ class Session:
             return None, None
         return kernels, main_kernels(kernels)
 
-    def expected_outputs(self, gate_ref: Any) -> list[tuple[Any, ...]]:
-        """PyTorch's strict-FP32 outputs on each timing set, from ``gate_ref``'s model (the one
-        the candidate is judged against), computed once per reference."""
+    def expected_outputs(self, gate_ref: Any, fresh: bool = False) -> list[tuple[Any, ...]]:
+        """PyTorch's strict-FP32 outputs on each timing set (or, with ``fresh``, each fresh
+        input set), from ``gate_ref``'s model (the one the candidate is judged against),
+        computed once per reference."""
         import torch
         from evokernel.gate.judge import strict_fp32
-        key = id(gate_ref)
+        key = (id(gate_ref), fresh)
         if key not in self._expected:
             outs = []
             with strict_fp32(), torch.no_grad():
-                for inputs in self.timing_inputs:
+                for inputs in (self.fresh_inputs if fresh else self.timing_inputs):
                     raw = gate_ref.model(*inputs)
                     raw = (raw,) if isinstance(raw, torch.Tensor) else tuple(raw)
                     outs.append(tuple(o.detach().clone() for o in raw))

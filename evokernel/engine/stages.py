@@ -25,12 +25,15 @@ side_stream    whole-device time over the event time, against the empty     side
 inputs         the timed calls left their inputs alone                      input_mutation
 outputs        timed outputs are the outputs for their inputs; a replay     cached_output
                with the contents rotated under the same tensors
+fresh          one call on each of three input sets never seen: right       cached_output
+               outputs, and not far slower than on the timing sets
 floor          faster than the memory floor allows                          impossible_speed
 accept         the accepted result and its detail                           ok
 =============  ==========================================================  =====================
 """
 from __future__ import annotations
 
+import statistics
 import time
 import traceback
 from typing import Any
@@ -49,7 +52,7 @@ from evokernel.gate.judge import gate_candidate
 from evokernel.gate.scan import scan_source
 from evokernel.records import EvalResult, KernelTime, Reason, Verdict
 from evokernel.timing.floor import IMPOSSIBLE_MARGIN, impossible
-from evokernel.timing.interleaved import side_stream_suspect, time_interleaved
+from evokernel.timing.interleaved import default_clock, side_stream_suspect, time_interleaved
 
 
 
@@ -295,6 +298,49 @@ class Outputs:
         return t.reject(Reason.CACHED_OUTPUT, stale) if stale else None
 
 
+#: Fresh-input check: a candidate this much slower (median of one call on each fresh input
+#: set) than its timed median is returning work cached across calls: CACHED_OUTPUT. An honest
+#: kernel takes the same time on new data of the same shapes; a cache keyed on a sample of the
+#: contents (tests/kernels/cheats/cached_content_sample.py) returns a copy for the timing sets it
+#: has seen, ~0.05 ms for a 4096^3 matmul whose GEMM takes ~2.7 ms on an H200.
+FRESH_FACTOR = 2.0
+FRESH_SLACK_MS = 0.05
+
+
+class Fresh:
+    """One call on each of the fresh input sets (drawn at set-up; no candidate call has seen
+    them): CACHED_OUTPUT when an output is not PyTorch's for its inputs, or when the median of
+    these calls is over FRESH_FACTOR times the timed median plus FRESH_SLACK_MS (the candidate is
+    fast only on inputs it has seen: a cache keyed on their contents, which the rotations of the
+    timing sets cannot expose). Each call is timed as a trial of the timing loop is."""
+
+    name = "fresh"
+
+    def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
+        if not s.fresh_inputs:
+            return None
+        clock = default_clock(s.device, s.flusher, s.config.timing.hide_host_ms)
+        got: dict[int, Any] = {}
+        times = []
+        with gate_run.strict_fp32(), torch.no_grad():
+            for k, inputs in enumerate(s.fresh_inputs):
+                mine = out.clone_inputs(inputs)
+                ms, _ = clock.trial(lambda k=k, mine=mine: got.__setitem__(k, t.model_new(*mine)))
+                times.append(ms)
+        expected = s.expected_outputs(t.gate_ref, fresh=True)
+        stale = out.stale_outputs(got, expected, out.spot_tolerance(t.outcome.checks, expected),
+                                  "the output on fresh input set")
+        if stale:
+            return t.reject(Reason.CACHED_OUTPUT, stale)
+        fresh_ms, timed_ms = statistics.median(times), t.fields["candidate_ms"]
+        if fresh_ms > FRESH_FACTOR * timed_ms + FRESH_SLACK_MS:
+            return t.reject(Reason.CACHED_OUTPUT,
+                            f"{timed_ms:.4f} ms on the timing sets it had seen but {fresh_ms:.4f} "
+                            f"ms on {len(times)} input sets it had not (over {FRESH_FACTOR:g}x "
+                            f"+ {FRESH_SLACK_MS} ms): it returns work cached across calls")
+        return None
+
+
 class Floor:
     """IMPOSSIBLE_SPEED when the candidate is faster than the memory floor allows: its minimum
     bytes at the fastest rate this device moves bytes, less the stated margin
@@ -338,4 +384,4 @@ class Accept:
 #: The worker's stages, in order (see the module docstring).
 DEFAULT_STAGES: tuple[Stage, ...] = (
     Load(), Gate(), Tamper(), GateVerdict(), Kernels(), Tamper(), Time(), Tamper(), SideStream(),
-    Inputs(), Outputs(), Floor(), Accept())
+    Inputs(), Outputs(), Fresh(), Floor(), Accept())

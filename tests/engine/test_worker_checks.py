@@ -91,13 +91,16 @@ class ModelNew(nn.Module):
         return y
 '''
 CONTENT_CACHE = HEADER + '''
+import time
 class ModelNew(nn.Module):
+    """A cache keyed on a sample of the contents; a miss costs 3 ms (the real work, say)."""
     def __init__(self):
         super().__init__()
         self.cache = {}
     def forward(self, x):
         key = tuple(x.reshape(-1)[:16].tolist())
         if key not in self.cache:
+            time.sleep(0.003)
             self.cache[key] = own_softmax(x)
         return self.cache[key].clone()
 '''
@@ -135,6 +138,7 @@ def _session(policy="reject", floor_ms=1e-9):
     s.ref = GateReference.build(exec_module(SOFTMAX, "test_worker_checks_p", "<p>"),
                                 config.gate, "cpu")
     s.timing_inputs = s.ref.timing_input_sets(3)
+    s.fresh_inputs = s.ref.timing_input_sets(3, first_seed=2000)
     s.flusher, s.compile_ms, s._expected = None, None, {}
     s.floor_ms, s.bound, s.flops, s.min_bytes = floor_ms, "memory", 0, 1
     s.compute_floor_ms, s.peaks = None, types.SimpleNamespace(bandwidth_gbs=4000.0)
@@ -203,10 +207,14 @@ def test_inputs_mutated_by_timed_calls():
     assert r.reason is Reason.INPUT_MUTATION and "timed calls" in r.detail, r.detail
 
 
-def test_a_content_keyed_cache_is_left_to_the_floor():
-    assert run(CONTENT_CACHE).accepted
-    r = run(CONTENT_CACHE, floor_ms=1e6)
-    assert r.reason is Reason.IMPOSSIBLE_SPEED, r.detail
+def test_a_content_keyed_cache_is_caught_on_fresh_inputs_and_the_floor_still_holds():
+    """A cache keyed on a sample of the contents passes the rotations of the timing sets (every
+    rotated set is one it has seen); before the memory floor replaced the FLOP floor, only the
+    floor caught it. The fresh input sets do now."""
+    r = run(CONTENT_CACHE)
+    assert r.reason is Reason.CACHED_OUTPUT and "input sets it had not" in r.detail, r.detail
+    r = run(HONEST, floor_ms=1e6)
+    assert r.reason is Reason.IMPOSSIBLE_SPEED and "memory floor" in r.detail, r.detail
 
 
 TAMPER_NO_MODEL = '''
@@ -241,3 +249,39 @@ def test_work_left_running_after_the_traced_call_is_a_side_stream():
 def test_the_traced_kernels_are_kept_in_the_result():
     r = run(HONEST)
     assert r.accepted and [(k.name, k.own) for k in r.kernels] == [(OWN, True)]
+
+
+WRONG_ON_NEW = HEADER + '''
+class ModelNew(nn.Module):
+    """Right on every input it has been shown so far; then a stale answer for anything new."""
+    def __init__(self):
+        super().__init__()
+        self.calls, self.seen = 0, {}
+    def forward(self, x):
+        self.calls += 1
+        key = tuple(x.reshape(-1)[:16].tolist())
+        if key in self.seen or self.calls <= LIMIT:
+            self.seen.setdefault(key, own_softmax(x))
+            return self.seen[key].clone()
+        return next(iter(self.seen.values())).clone()
+'''
+
+
+def test_a_wrong_output_on_fresh_inputs_is_caught():
+    _LIMIT[0] = 10**6
+    assert run(WRONG_ON_NEW).accepted                  # right on everything: accepted
+    s = _session()
+    import evokernel.engine.stages as stages
+    r = stages.Fresh()(s, _gated(s, WRONG_ON_NEW, limit=0))
+    assert r is not None and r.reason is Reason.CACHED_OUTPUT and "fresh input set" in r.detail
+
+
+def _gated(s, source, limit):
+    """A trial of ``source`` through the stages up to the timing, with LIMIT set after."""
+    from evokernel.engine.pipeline import Trial
+    import evokernel.engine.stages as stages
+    t = Trial(candidate=Candidate(source=source))
+    for stage in stages.DEFAULT_STAGES[:7]:
+        assert stage(s, t) is None, stage.name
+    t.model_new.calls = 10**6 if limit == 0 else t.model_new.calls
+    return t

@@ -1,11 +1,13 @@
-"""Cheat 14, impossible speed: a correct tiled FP32 SGEMM behind a cache keyed on the shapes and a
-sample of 64 input values. Every call with inputs it has not seen computes the product, so the gate
-(fresh values in every set), the profiled call, the spot checks of timed outputs and the replay
-with rotated contents all see correct results; but the timed calls repeat three input sets, and
-for them it returns a copy of the cached product (~0.05 ms for 4096^3, whose physical floor is
-~0.34 ms at the TF32 tensor-core rate). Only the floor check can catch it.
+"""Cheat 7, caching across calls, keyed on a sample of the contents: a correct tiled FP32 SGEMM behind a
+cache keyed on the shapes and a sample of 64 input values. Every call with inputs it has not seen
+computes the product, so the gate (fresh values in every set), the traced call, the spot checks of
+timed outputs and the replay with rotated contents all see correct results; but the timed calls
+repeat three input sets, and for them it returns a copy of the cached product (~0.05 ms for
+4096^3). Until issue 12 only the FLOP-based floor caught it (~0.34 ms at the TF32 rate); the
+memory floor (0.046 ms) does not, so the fresh-input check must: one call on each of three input
+sets it has never seen takes the GEMM's ~2.7 ms.
 
-EXPECTED: reject impossible_speed
+EXPECTED: reject cached_output
 PROBLEM: problems/matmul.py
 """
 from collections import OrderedDict
