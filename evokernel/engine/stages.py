@@ -52,7 +52,8 @@ from evokernel.gate.judge import gate_candidate
 from evokernel.gate.scan import scan_source
 from evokernel.records import EvalResult, KernelTime, Reason, Verdict
 from evokernel.timing.floor import IMPOSSIBLE_MARGIN, impossible
-from evokernel.timing.interleaved import default_clock, side_stream_suspect, time_interleaved
+from evokernel.timing.interleaved import (default_clock, host_quiet, side_stream_suspect,
+                                          time_interleaved)
 
 
 
@@ -169,7 +170,7 @@ class Kernels:
             return None
         verdict = fallback.judge_kernels(traced.kernels, s.reference_kernels, t.candidate.source)
         t.fields["kernels"] = kernel_times(traced, verdict.own)
-        t.add_flags(verdict.flags)
+        t.add_flags(verdict.flags + (() if traced.held else ("trace_unheld",)))
         late = side_stream_detail(traced)
         if late:
             return t.reject(Reason.SIDE_STREAM, late)
@@ -244,22 +245,35 @@ class Time:
 
 class SideStream:
     """SIDE_STREAM when, over the timed trials, the whole device stayed busy much longer than the
-    CUDA events on the timed stream saw, compared with an empty call timed beside it under the
-    same host load (evokernel.timing.interleaved.side_stream_suspect): work outside the timed
-    stream in calls the trace did not see (a candidate that behaves differently when traced)."""
+    CUDA events on the timed stream saw, compared with an empty call and the reference timed
+    beside it (evokernel.timing.interleaved.side_stream_suspect): work outside the timed stream
+    in calls the trace did not see (a candidate that behaves differently when traced). It
+    decides only when the host was quiet during the timing (``host_quiet``); under host load the
+    traced call decides alone, and the flag ``side_stream_check_skipped:host_busy`` says so."""
 
     name = "side_stream"
 
     def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
-        c, idle = t.stats["candidate"], t.stats.get("idle")
-        if not side_stream_suspect(c, idle):
+        c, idle, ref = t.stats["candidate"], t.stats.get("idle"), t.stats["reference"]
+        calibrations = (idle, ref) if idle is not None else ()
+        if calibrations and not host_quiet(*calibrations):
+            t.add_flags((f"side_stream_check_skipped:host_busy:{excess_text(c, idle, ref)}",))
             return None
-        base = (f"; an empty call timed beside it: {idle.host_median_ms - idle.median_ms:.4f} ms "
-                "over its events") if idle is not None else ""
+        if not side_stream_suspect(c, *calibrations):
+            return None
         return t.reject(Reason.SIDE_STREAM,
                         f"CUDA events saw {c.median_ms:.4f} ms but the whole device, synchronized, "
-                        f"was busy for {c.host_median_ms:.4f} ms{base}: work runs outside the "
-                        "timed stream")
+                        f"was busy for {c.host_median_ms:.4f} ms ({excess_text(c, idle, ref)}): "
+                        "work runs outside the timed stream")
+
+
+def excess_text(c: Any, idle: Any, ref: Any) -> str:
+    """The lower and upper quartiles of each call's excess (whole-device less event ms)."""
+    from evokernel.timing.interleaved import lower_quartile, upper_quartile
+    parts = [(n, x) for n, x in (("candidate", c), ("empty call", idle), ("reference", ref))
+             if x is not None]
+    return "; ".join(f"{n} excess quartiles {lower_quartile(x.excess_ms):.4f}-"
+                     f"{upper_quartile(x.excess_ms):.4f} ms" for n, x in parts)
 
 
 class Inputs:

@@ -5,8 +5,17 @@ Two checks read it (evokernel.engine.stages.Kernels): whose kernels did the work
 reference-fallback rule, evokernel.gate.fallback), and whether all of the call's work was done
 on its own stream: every kernel and copy the call launched must end before the marker starts
 (``CallTrace.late``). The times come from CUPTI's activity records through torch.profiler, taken
-by the GPU itself, so how busy the host is cannot move this verdict (the whole-device time of
-the timing loop can: results/h200-2026-12-01-s5/call1/probe.txt).
+by the GPU itself.
+
+So that how busy the host is cannot move this verdict, the GPU is held before the call: a kernel
+that takes every thread slot of every SM (evokernel.timing.spin.spin_launch_shape) polls a flag
+in pinned host memory, which the host sets only after it has launched the call *and* the marker.
+Until then no kernel of the call, on any stream, can start; once the hold ends, the call's kernels
+and the marker queued behind them on the call's stream run as the GPU schedules them, and the
+marker starts when the call's own-stream work ends, whenever the host got round to launching it.
+Without the hold, a host preempted between the call and the marker's launch (under load: ms,
+results/h200-2026-12-01-s5/call2) let short side-stream work finish before the marker started.
+The hold gives up after HOLD_MAX_MS; the trace then says so (``held`` False).
 """
 from __future__ import annotations
 
@@ -22,11 +31,36 @@ _COMPILE_KERNEL = getattr(torch.cuda, "_compile_kernel", None)
 #: The marker: an empty kernel with a name no library kernel has.
 MARKER_NAME = "evokernel_stream_marker"
 MARKER_SOURCE = 'extern "C" __global__ void evokernel_stream_marker() {}'
+#: The hold: thread 0 of each block polls the host's flag (sleeping 1 us between reads, so 264
+#: pollers cost little PCIe traffic), the block waits at a barrier, every thread slot taken. It
+#: writes 1 to ``seen`` when it saw the flag and 2 when it gave up after ``max_us``. (torch's NVRTC
+#: wrapper passes Python ints as 32-bit ints.)
+HOLD_NAME = "evokernel_trace_hold"
+HOLD_SOURCE = r"""
+extern "C" __global__ void evokernel_trace_hold(volatile int* flag, int* seen, int max_us) {
+    if (threadIdx.x == 0) {
+        unsigned long long start, now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+        int got = 0;
+        do {
+            got = *flag;
+            if (got) break;
+            __nanosleep(1000);
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        } while (now - start < 1000ull * (unsigned long long)max_us);
+        if (blockIdx.x == 0) *seen = got ? 1 : 2;
+    }
+    __syncthreads();
+}
+"""
+#: The longest the hold waits for the host (ms).
+HOLD_MAX_MS = 500.0
 #: A kernel ending this long after the marker's start is late (CUPTI's timestamps are exact to
 #: well under a microsecond; a kernel on the marker's own stream ends before it starts).
 LATE_AFTER_US = 1.0
 
 _markers: dict[int, Any] = {}
+_holds: dict[int, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -47,13 +81,16 @@ class TracedKernel:
 
 @dataclass(frozen=True)
 class CallTrace:
-    """What one call launched (``activities``, in start order, the marker left out), when the
-    marker queued after it on the call's stream started (None when it was not recorded), and
-    whether the call left another stream current (``stream_changed``)."""
+    """What one call launched (``activities``, in start order, the marker and the hold left out),
+    when the marker queued after it on the call's stream started (None when it was not recorded),
+    whether the call left another stream current (``stream_changed``), and whether the GPU was
+    held until the host had launched the call and the marker (``held``; False: the hold gave up,
+    and short side-stream work may have ended before the marker was launched)."""
 
     activities: tuple[TracedKernel, ...]
     marker_start_us: float | None
     stream_changed: bool = False
+    held: bool = True
 
     @property
     def kernels(self) -> list[tuple[str, float]]:
@@ -82,11 +119,49 @@ def _marker(device: torch.device) -> Callable[[], None]:
     return lambda: kernel(grid=(1, 1, 1), block=(1, 1, 1), args=[])
 
 
+class _Hold:
+    """The hold kernel of one device, its flag (pinned host memory) and its status word."""
+
+    def __init__(self, device: torch.device) -> None:
+        from evokernel.timing.spin import spin_launch_shape
+        props = torch.cuda.get_device_properties(device)
+        self.blocks, self.threads = spin_launch_shape(props.multi_processor_count,
+                                                      props.max_threads_per_multi_processor)
+        with torch.cuda.device(device):
+            self.kernel = _COMPILE_KERNEL(HOLD_SOURCE, HOLD_NAME)
+        self.flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        self.seen = torch.zeros(1, dtype=torch.int32, device=device)
+
+    def launch(self) -> None:
+        """Hold the GPU (on the current stream) until :meth:`release`."""
+        self.flag[0] = 0
+        self.seen.zero_()
+        self.kernel(grid=(self.blocks, 1, 1), block=(self.threads, 1, 1),
+                    args=[self.flag, self.seen, int(HOLD_MAX_MS * 1000)])
+
+    def release(self) -> None:
+        self.flag[0] = 1
+
+    def held(self) -> bool:
+        """After a synchronize: whether the hold saw the flag (did not give up)."""
+        return int(self.seen.item()) == 1
+
+
+def _hold(device: torch.device) -> _Hold | None:
+    if _COMPILE_KERNEL is None:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _holds:
+        _holds[index] = _Hold(torch.device("cuda", index))
+    return _holds[index]
+
+
 def prepare(device: torch.device) -> None:
-    """Compile the marker for ``device`` now (the worker does so at set-up, so that the marker is
-    in place before any candidate runs). Raises: RuntimeError if NVRTC fails."""
+    """Compile the marker and the hold for ``device`` now (the worker does so at set-up, so that
+    they are in place before any candidate runs). Raises: RuntimeError if NVRTC fails."""
     if device.type == "cuda":
         _marker(device)
+        _hold(device)
 
 
 def trace_call(call: Callable[[], object], device: torch.device) -> CallTrace | None:
@@ -100,7 +175,7 @@ def trace_call(call: Callable[[], object], device: torch.device) -> CallTrace | 
         return None
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    marker = _marker(device)
+    marker, hold = _marker(device), _hold(device)
     torch.cuda.synchronize(device)
     stream = torch.cuda.current_stream(device)
     try:
@@ -110,10 +185,16 @@ def trace_call(call: Callable[[], object], device: torch.device) -> CallTrace | 
         logger.warning("torch.profiler unavailable: {}", e)
         return None
     try:
-        call()
-        changed = torch.cuda.current_stream(device) != stream
-        with torch.cuda.stream(stream):
-            marker()
+        if hold is not None:
+            hold.launch()
+        try:
+            call()
+        finally:
+            changed = torch.cuda.current_stream(device) != stream
+            with torch.cuda.stream(stream):
+                marker()
+            if hold is not None:
+                hold.release()
         torch.cuda.synchronize(device)
     except BaseException:
         try:
@@ -130,10 +211,11 @@ def trace_call(call: Callable[[], object], device: torch.device) -> CallTrace | 
     except Exception as e:  # noqa: BLE001
         logger.warning("torch.profiler: no events: {}", e)
         return None
-    return _trace_from(events, DeviceType.CUDA, changed)
+    held = hold.held() if hold is not None else False
+    return _trace_from(events, DeviceType.CUDA, changed, held)
 
 
-def _trace_from(events: Any, cuda: Any, changed: bool) -> CallTrace | None:
+def _trace_from(events: Any, cuda: Any, changed: bool, held: bool) -> CallTrace | None:
     acts, marker_start = [], None
     for ev in events:
         if getattr(ev, "device_type", None) != cuda:
@@ -148,6 +230,8 @@ def _trace_from(events: Any, cuda: Any, changed: bool) -> CallTrace | None:
         if MARKER_NAME in name or (_COMPILE_KERNEL is None and "spin_kernel" in name):
             marker_start = start if marker_start is None else max(marker_start, start)
             continue
+        if HOLD_NAME in name:
+            continue
         kind = str(getattr(ev, "activity_type", "") or "").lower()
         copy = name.startswith(("Memcpy", "Memset")) or "memcpy" in kind or "memset" in kind
         stream = int(getattr(ev, "device_resource_id", -1) or -1)
@@ -155,4 +239,4 @@ def _trace_from(events: Any, cuda: Any, changed: bool) -> CallTrace | None:
     if not acts and marker_start is None:
         return None
     acts.sort(key=lambda a: a.start_us)
-    return CallTrace(tuple(acts), marker_start, changed)
+    return CallTrace(tuple(acts), marker_start, changed, held)

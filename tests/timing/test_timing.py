@@ -10,7 +10,8 @@ from evokernel.config import TimingConfig
 from evokernel.timing.spin import (SPIN_NAME, SPIN_SOURCE, DeviceSpin, spin_launch_shape,
                                    spin_trial)
 from evokernel.errors import ConfigError
-from evokernel.timing.interleaved import (HostClock, TimingStats, median_ci, side_stream_suspect,
+from evokernel.timing.interleaved import (HostClock, TimingStats, host_quiet, median_ci,
+                                          side_stream_suspect,
                               time_interleaved, warm_up)
 
 
@@ -266,6 +267,21 @@ def test_hidden_work_still_shows_against_the_calibration(delayed):
         assert side_stream_suspect(cand, idle), (event_ms, hidden_ms, delayed)
 
 
+def test_the_whole_device_rule_decides_only_on_a_quiet_host():
+    import random
+    rng = random.Random(3)
+    assert host_quiet(loaded(0.003, 0.0, rng, delayed=0.0))
+    assert not host_quiet(loaded(0.003, 0.0, rng, delayed=0.3))
+    # the largest lower quartile of the calibrations is the base
+    cand = loaded(0.05, 0.0, rng, delayed=0.0)
+    slow_ref = TimingStats.from_times([0.04] * 40, [0.04 + 0.2] * 40)
+    assert side_stream_suspect(TimingStats.from_times([0.05] * 40, [0.05 + 0.3] * 40),
+                               loaded(0.003, 0.0, rng))
+    assert not side_stream_suspect(TimingStats.from_times([0.05] * 40, [0.05 + 0.22] * 40),
+                                   loaded(0.003, 0.0, rng), slow_ref)
+    assert not side_stream_suspect(cand, loaded(0.003, 0.0, rng))
+
+
 def test_probes_are_timed_every_trial_but_never_hold_the_stopping_rule():
     import itertools
     noisy = itertools.cycle([0.001, 0.01, 0.1])               # never converges on its own
@@ -442,9 +458,12 @@ def test_short_kernels_under_host_load_are_not_taken_for_side_stream_work():
     finally:
         for b in busy:
             b.terminate()
-    for name in ("tiny", "rowsum"):
-        assert not side_stream_suspect(stats[name], stats["idle"]), (name, stats[name])
-    assert side_stream_suspect(stats["hidden"], stats["idle"])
+    for name in ("tiny", "rowsum"):      # the worker's rule: skipped under load, or not suspect
+        assert not host_quiet(stats["idle"]) or not side_stream_suspect(
+            stats[name], stats["idle"]), (name, stats[name])
+    quiet = time_interleaved({"hidden": hidden}, cfg(warmup_ms=25.0, max_trials=60), device=dev,
+                             probes={"idle": lambda i: None})
+    assert host_quiet(quiet["idle"]) and side_stream_suspect(quiet["hidden"], quiet["idle"])
 
 
 def _busy_until(stop_at):

@@ -1,7 +1,10 @@
-"""Cheat 3, side stream, aware of the profiler: the slow serial softmax on a stream of its own, except
-while torch.profiler records (then on the current stream, as an honest kernel). The traced call
-sees nothing wrong; the timed calls hide milliseconds of work, which the whole-device time,
-compared with an empty call timed beside it, still shows.
+"""A known limit, not a gate-report fixture: a side-stream cheat aware of the profiler. The slow
+serial softmax runs on a stream of its own, except while torch.profiler records (then on the
+current stream, as an honest kernel). The traced call sees nothing wrong; the timed calls hide
+milliseconds of work. The whole-device time of the timing loop shows it when the host is quiet
+(results/h200-2026-12-01-s5/call2: 17.85 ms against 0.0013 ms by events), but that comparison
+decides nothing under host load (evokernel.timing.interleaved.host_quiet), so on a busy host this
+cheat passes. In-process code can always tell it is being traced; README's threat model says so.
 
 EXPECTED: reject side_stream
 PROBLEM: tests/kernels/problems/softmax_small.py
