@@ -20,6 +20,7 @@ The hold gives up after HOLD_MAX_MS; the trace then says so (``held`` False).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,14 +32,20 @@ _COMPILE_KERNEL = getattr(torch.cuda, "_compile_kernel", None)
 #: The marker: an empty kernel with a name no library kernel has.
 MARKER_NAME = "evokernel_stream_marker"
 MARKER_SOURCE = 'extern "C" __global__ void evokernel_stream_marker() {}'
-#: The hold: thread 0 of each block polls the host's flag (sleeping 1 us between reads, so 264
-#: pollers cost little PCIe traffic), the block waits at a barrier, every thread slot taken. It
-#: writes 1 to ``seen`` when it saw the flag and 2 when it gave up after ``max_us``. (torch's NVRTC
-#: wrapper passes Python ints as 32-bit ints.)
+#: The hold: thread 0 of each block marks its block as started in ``started`` (pinned host memory,
+#: one word per block), then polls the host's flag (sleeping 1 us between reads, so the pollers
+#: cost little PCIe traffic) while the rest of the block waits at a barrier, every thread slot
+#: taken. Block 0 writes 1 to ``seen`` when it saw the flag and 2 when it gave up after
+#: ``max_us``. Only the host writes ``flag``; only the kernel writes ``started`` and ``seen``
+#: (plain stores, no atomics: host-memory atomics over PCIe are not always supported). (torch's
+#: NVRTC wrapper passes Python ints as 32-bit ints.)
 HOLD_NAME = "evokernel_trace_hold"
 HOLD_SOURCE = r"""
-extern "C" __global__ void evokernel_trace_hold(volatile int* flag, int* seen, int max_us) {
+extern "C" __global__ void evokernel_trace_hold(volatile int* flag, volatile int* started,
+                                                volatile int* seen, int max_us) {
     if (threadIdx.x == 0) {
+        started[blockIdx.x] = 1;
+        __threadfence_system();
         unsigned long long start, now;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
         int got = 0;
@@ -53,6 +60,11 @@ extern "C" __global__ void evokernel_trace_hold(volatile int* flag, int* seen, i
     __syncthreads();
 }
 """
+#: How long the host waits for every block of the hold to be resident before it calls (ms). A
+#: kernel of the call launched on another stream before the hold is resident could take SMs
+#: first (one of three passes of a short side-stream cheat under load went unseen that way,
+#: results/h200-2026-12-01-s5/call4).
+RESIDENT_WAIT_MS = 20.0
 #: The longest the hold waits for the host (ms).
 HOLD_MAX_MS = 500.0
 #: A kernel ending this long after the marker's start is late (CUPTI's timestamps are exact to
@@ -60,7 +72,7 @@ HOLD_MAX_MS = 500.0
 LATE_AFTER_US = 1.0
 
 _markers: dict[int, Any] = {}
-_holds: dict[int, Any] = {}
+_holds: dict[int, Any] = {}   # device index -> _Hold, or None when it cannot be made
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,9 @@ def _marker(device: torch.device) -> Callable[[], None]:
 
 
 class _Hold:
-    """The hold kernel of one device, its flag (pinned host memory) and its status word."""
+    """The hold kernel of one device and its words in pinned host memory: the host's flag, a
+    started mark per block, and the kernel's status (module docstring). Nothing here launches a
+    kernel other than the hold itself, so a trace holds only the call's own work."""
 
     def __init__(self, device: torch.device) -> None:
         from evokernel.timing.spin import spin_launch_shape
@@ -130,29 +144,45 @@ class _Hold:
         with torch.cuda.device(device):
             self.kernel = _COMPILE_KERNEL(HOLD_SOURCE, HOLD_NAME)
         self.flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
-        self.seen = torch.zeros(1, dtype=torch.int32, device=device)
+        self.started = torch.zeros(self.blocks, dtype=torch.int32, pin_memory=True)
+        self.seen = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        self.resident = False
 
     def launch(self) -> None:
-        """Hold the GPU (on the current stream) until :meth:`release`."""
-        self.flag[0] = 0
+        """Hold the GPU (on the current stream) until :meth:`release`, and wait (at most
+        RESIDENT_WAIT_MS) until every block of the hold runs."""
+        self.flag.zero_()
+        self.started.zero_()
         self.seen.zero_()
         self.kernel(grid=(self.blocks, 1, 1), block=(self.threads, 1, 1),
-                    args=[self.flag, self.seen, int(HOLD_MAX_MS * 1000)])
+                    args=[self.flag, self.started, self.seen, int(HOLD_MAX_MS * 1000)])
+        deadline = time.perf_counter() + RESIDENT_WAIT_MS / 1e3
+        while int(self.started.sum()) < self.blocks and time.perf_counter() < deadline:
+            pass
+        self.resident = int(self.started.sum()) == self.blocks
 
     def release(self) -> None:
         self.flag[0] = 1
 
     def held(self) -> bool:
-        """After a synchronize: whether the hold saw the flag (did not give up)."""
-        return int(self.seen.item()) == 1
+        """After a synchronize: whether every block of the hold was resident before the call
+        and the hold saw the flag (did not give up)."""
+        return self.resident and int(self.seen[0]) == 1
 
 
 def _hold(device: torch.device) -> _Hold | None:
+    """The device's hold, made on first use; None (traces then say ``held`` False) when this
+    torch has no NVRTC wrapper or the hold cannot be made, which is logged once."""
     if _COMPILE_KERNEL is None:
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _holds:
-        _holds[index] = _Hold(torch.device("cuda", index))
+        try:
+            _holds[index] = _Hold(torch.device("cuda", index))
+        except Exception as e:  # noqa: BLE001 -- traces go on unheld, and say so
+            logger.warning("the trace's hold could not be made ({}: {}); traces are unheld",
+                           type(e).__name__, e)
+            _holds[index] = None
     return _holds[index]
 
 
