@@ -20,8 +20,8 @@ tamper         as above
 time           reference, candidate and an empty call interleaved          (records the times)
                (evokernel.timing.interleaved)
 tamper         as above
-side_stream    whole-device time over the event time, against the empty     side_stream
-               call's measured beside it
+side_stream    whole-device time over the event time, against the empty     (a flag only)
+               call's and the reference's measured beside it
 inputs         the timed calls left their inputs alone                      input_mutation
 outputs        timed outputs are the outputs for their inputs; a replay     cached_output
                with the contents rotated under the same tensors
@@ -244,12 +244,15 @@ class Time:
 
 
 class SideStream:
-    """SIDE_STREAM when, over the timed trials, the whole device stayed busy much longer than the
-    CUDA events on the timed stream saw, compared with an empty call and the reference timed
-    beside it (evokernel.timing.interleaved.side_stream_suspect): work outside the timed stream
-    in calls the trace did not see (a candidate that behaves differently when traced). It
-    decides only when the host was quiet during the timing (``host_quiet``); under host load the
-    traced call decides alone, and the flag ``side_stream_check_skipped:host_busy`` says so."""
+    """The timing loop's whole-device time against the CUDA events on the timed stream, compared
+    with an empty call and the reference timed beside it (evokernel.timing.interleaved.
+    side_stream_suspect): information, never a verdict. On a quiet host it shows side-stream work
+    in calls the trace did not see (a candidate that behaves differently when traced,
+    tests/kernels/limits/side_stream_profiler_aware.py: 17.85 ms against 0.0013 ms by events);
+    but under host load a call's excess grew by milliseconds while the calls timed beside it
+    looked quiet (results/h200-2026-12-01-s5/call3), so no threshold calibrated beside the
+    measurement is safe from host load. The traced call (Kernels) decides; this stage adds the
+    flag ``side_stream_suspect:...`` (host quiet) or ``side_stream_check_skipped:host_busy:...``."""
 
     name = "side_stream"
 
@@ -258,13 +261,10 @@ class SideStream:
         calibrations = (idle, ref) if idle is not None else ()
         if calibrations and not host_quiet(*calibrations):
             t.add_flags((f"side_stream_check_skipped:host_busy:{excess_text(c, idle, ref)}",))
-            return None
-        if not side_stream_suspect(c, *calibrations):
-            return None
-        return t.reject(Reason.SIDE_STREAM,
-                        f"CUDA events saw {c.median_ms:.4f} ms but the whole device, synchronized, "
-                        f"was busy for {c.host_median_ms:.4f} ms ({excess_text(c, idle, ref)}): "
-                        "work runs outside the timed stream")
+        elif side_stream_suspect(c, *calibrations):
+            t.add_flags((f"side_stream_suspect:events {c.median_ms:.4f} ms, whole device "
+                         f"{c.host_median_ms:.4f} ms; {excess_text(c, idle, ref)}",))
+        return None
 
 
 def excess_text(c: Any, idle: Any, ref: Any) -> str:

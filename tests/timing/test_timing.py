@@ -431,39 +431,39 @@ def test_short_kernels_are_not_taken_for_side_stream_work(hide_host_ms):
 
 @pytest.mark.gpu
 def test_short_kernels_under_host_load_are_not_taken_for_side_stream_work():
-    """The same with 2 busy loops per core and the empty call timed beside them: the rule the
-    worker uses (calibrated beside the measurement) keeps every kernel; a 2.7 ms GEMM hidden on
-    a side stream is still caught."""
+    """Under 2 busy loops per core, the traced call (the worker's side-stream verdict) keeps every
+    short kernel on its stream and still sees a kernel hidden on a side stream; the whole-device
+    comparison, timed beside it, is only information (its numbers under load are printed)."""
     import multiprocessing as mp
     import os
     import time
+
+    from evokernel.gate.trace import trace_call
     dev = torch.device("cuda")
     x = torch.randn(1 << 18, device=dev)
     y = torch.randn(4096, 4096, device=dev)
     side = torch.cuda.Stream()
 
-    def hidden(i):
+    def hidden(i=0):
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            y @ y
+            return x * 2.0
+    calls = {"tiny": lambda i=0: x * 2.0, "rowsum": lambda i=0: y.sum(dim=1), "hidden": hidden}
     stop = time.time() + 60
     busy = [mp.Process(target=_busy_until, args=(stop,)) for _ in range(2 * (os.cpu_count() or 2))]
     for b in busy:
         b.start()
     try:
-        stats = time_interleaved({"tiny": lambda i: x * 2.0, "rowsum": lambda i: y.sum(dim=1),
-                                  "hidden": hidden},
-                                 cfg(warmup_ms=25.0, max_trials=100, max_time_s=20.0), device=dev,
-                                 probes={"idle": lambda i: None})
+        traces = {name: [trace_call(fn, dev) for _ in range(5)] for name, fn in calls.items()}
+        stats = time_interleaved(calls, cfg(warmup_ms=25.0, max_trials=60, max_time_s=10.0),
+                                 device=dev, probes={"idle": lambda i: None})
     finally:
         for b in busy:
             b.terminate()
-    for name in ("tiny", "rowsum"):      # the worker's rule: skipped under load, or not suspect
-        assert not host_quiet(stats["idle"]) or not side_stream_suspect(
-            stats[name], stats["idle"]), (name, stats[name])
-    quiet = time_interleaved({"hidden": hidden}, cfg(warmup_ms=25.0, max_trials=60), device=dev,
-                             probes={"idle": lambda i: None})
-    assert host_quiet(quiet["idle"]) and side_stream_suspect(quiet["hidden"], quiet["idle"])
+    for name in ("tiny", "rowsum"):
+        assert all(tr.late() == () for tr in traces[name]), (name, traces[name])
+    assert all(tr.late() for tr in traces["hidden"]), traces["hidden"]
+    print({n: (s.median_ms, s.host_median_ms) for n, s in stats.items()})
 
 
 def _busy_until(stop_at):
