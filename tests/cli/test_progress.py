@@ -136,13 +136,14 @@ def test_operator_calls_show_while_proposing():
 def test_cli_run_reports_progress_in_plain_lines(tmp_path, monkeypatch, capsys):
     """`evokernel run` wired to a fake evaluator (no GPU): plain lines, then the summary."""
     import evokernel.cli.main as cli
+    import evokernel.cli.options as options
     import evokernel.engine.evaluator as evaluator
     made = []
 
     def fake(problem, config):
         made.append(problem.name)
         return FakeEvaluator()
-    monkeypatch.setattr(cli, "_require_gpu", lambda: None)
+    monkeypatch.setattr(options, "require_gpu", lambda: None)
     monkeypatch.setattr(evaluator, "CudaEvaluator", fake)
     run_dir = tmp_path / "run"
     assert cli.main(["run", "softmax", "--generations", "1", "--population", "2",
