@@ -25,7 +25,7 @@ from deap import base, tools
 from loguru import logger
 
 from evokernel.config import RunConfig
-from evokernel.errors import ConfigError, LLMError
+from evokernel.errors import ConfigError, LLMError, NoGPUError
 from evokernel.engine.evaluator import Evaluator
 from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,
                                       SearchContext)
@@ -155,6 +155,14 @@ class Evolution:
                 raise ConfigError(f"{cfg.llm.model}: set {', '.join(missing)} (litellm reads the "
                                   "provider's key from the environment), or pass --api-base for "
                                   "a local server")
+        if self.evaluator is None:                # before any folder is made (issue 15)
+            import torch
+            if not torch.cuda.is_available():
+                raise NoGPUError("Evolution's default evaluator (CudaEvaluator) needs a CUDA "
+                                 "GPU, and PyTorch sees none here; nothing was created. Pass "
+                                 "evaluator=... to run without one (evokernel.demo."
+                                 "fake_evaluator.FakeEvaluator is a demonstration: its numbers "
+                                 "are not measurements)")
         created = not run_dir.exists()
         if resume:
             store = RunStore(run_dir)
