@@ -114,21 +114,24 @@ def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool)
     from evokernel.engine.evaluator import CudaEvaluator
     from evokernel.search.evolution import Evolution
 
+    first, compile_ms = 0, None
+    if resume:             # a resumed run goes on from its last generation, with its baseline
+        from evokernel.runs.store import RunStore
+        store = RunStore(config.run_dir, read_only=True)
+        try:
+            done, compile_ms = store.generations(), store.compile_baseline_ms()
+        finally:
+            store.close()
+        first = done[-1]["generation"] + 1 if done else 0
     evo: Evolution | None = None
     progress = SearchProgress(
         generations=config.search.generations, max_tokens=config.llm.max_total_tokens,
         max_cost_usd=config.llm.max_cost_usd, baseline=config.evaluation.baseline,
         usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
-    evaluator = ProgressEvaluator(lambda: CudaEvaluator(problem, config.evaluation), progress)
+    evaluator = ProgressEvaluator(
+        lambda: CudaEvaluator(problem, config.evaluation, compile_ms=compile_ms), progress)
     evo = Evolution(problem, config, evaluator=evaluator,
                     on_generation=progress.generation_done)
-    first = 0
-    if resume:
-        from evokernel.runs.store import RunStore
-        store = RunStore(config.run_dir, read_only=True)
-        done = store.generations()
-        store.close()
-        first = done[-1]["generation"] + 1 if done else 0
     try:
         with progress:
             if progress.live:

@@ -278,6 +278,20 @@ class RunStore:
             "FROM llm_calls") if t is not None]
         return max(times) if times else None
 
+    def compile_baseline_ms(self) -> float | None:
+        """The torch.compile baseline (ms) the run measured, for a resumed run to reuse: None
+        when it measured none, or when this machine's first GPU or torch version is not the
+        one it was measured on (then it is measured again)."""
+        device = self.meta().get("device") or {}
+        ms = device.get("compile_ms")
+        if not isinstance(ms, (int, float)) or not ms > 0:
+            return None
+        import torch
+        if not torch.cuda.is_available() or torch.__version__ != device.get("torch") \
+                or torch.cuda.get_device_name(0) != device.get("device"):
+            return None
+        return float(ms)
+
     def llm_calls(self) -> list[dict[str, Any]]:
         return [json.loads(d) for (d,) in self._rows("SELECT data FROM llm_calls ORDER BY id")]
 

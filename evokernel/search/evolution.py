@@ -183,7 +183,9 @@ class Evolution:
         if self.evaluator is None:
             from evokernel.engine.evaluator import CudaEvaluator
             try:
-                self.evaluator = CudaEvaluator(problem, cfg.evaluation)
+                self.evaluator = CudaEvaluator(   # a resumed run keeps its compile baseline
+                    problem, cfg.evaluation,
+                    compile_ms=store.compile_baseline_ms() if resume else None)
             except BaseException:
                 _discard_if_empty(store, run_dir, created)
                 raise

@@ -137,3 +137,19 @@ def test_a_store_that_is_not_one_is_refused_and_left_as_it_was(tmp_path, spoil, 
         RunStore(db.parent, read_only=read_only)
     assert str(db) in str(e.value) and message in str(e.value)
     assert {p.name: p.read_bytes() for p in db.parent.iterdir()} == before
+
+
+def test_the_compile_baseline_is_reused_only_on_the_gpu_it_was_measured_on(tmp_path,
+                                                                            monkeypatch):
+    import torch
+    store, _ = make(tmp_path)
+    assert store.compile_baseline_ms() is None                     # nothing measured yet
+    store.set_meta("device", {"device": "NVIDIA H200", "torch": torch.__version__,
+                              "compile_ms": 0.8527})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    assert store.compile_baseline_ms() == 0.8527
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA A100")
+    assert store.compile_baseline_ms() is None                     # another GPU: measure again
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert store.compile_baseline_ms() is None
