@@ -293,7 +293,8 @@ class Session:
                 f"{cand_ms:.4f} ms is below the physical floor {self.floor_ms:.4f} ms "
                 f"({self.bound}-bound: {self.flops:.3g} FLOP, {self.min_bytes:.3g} bytes)", **timed)
         detail = (f"accepted: norm ratio {outcome.norm_error_ratio:.3g}, max ratio "
-                  f"{outcome.max_error_ratio:.3g} (factor {self.config.gate.tolerance_factor:g}); "
+                  f"{outcome.max_error_ratio:.3g} "
+                  f"(tolerance_factor {self.config.gate.tolerance_factor:g}); "
                   f"reference {ref_ms:.4f} ms, candidate {cand_ms:.4f} ms "
                   f"(95% CI {stats['candidate'].ci_low_ms:.4f}-{stats['candidate'].ci_high_ms:.4f},"
                   f" {stats['candidate'].trials} trials)")
