@@ -149,3 +149,57 @@ def test_listing_into_a_closed_pipe_is_quiet():
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def _subparsers():
+    import argparse
+
+    from evokernel.cli.main import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def test_every_argument_has_one_help_line_with_its_default_once():
+    """Each command's positional arguments and flags have a help text; a flag's default is
+    written once (no "(default 16) (default: 16.0)"), and it is the config's."""
+    from evokernel.config import GateConfig, SearchConfig
+    for name, parser in _subparsers().items():
+        for action in parser._actions:
+            text = action.help or ""
+            assert text.strip(), f"{name} {action.dest}: no help text"
+            assert text.count("(default") <= 1 and "%(default)" not in text, \
+                f"{name} {action.dest}: {text}"
+    run = _subparsers()["run"].format_help()
+    assert f"(default: {GateConfig().tolerance_factor})" in run.replace("\n", " ")
+    assert f"(default: {SearchConfig().population_size})" in " ".join(run.split())
+
+
+def test_flag_defaults_are_the_configs(monkeypatch):
+    """Change a config default and the flag follows it: the CLI reads, never restates."""
+    from evokernel.cli import options
+    from evokernel.cli.main import build_parser
+    from evokernel.config import EvalConfig, SearchConfig
+    args = build_parser().parse_args(["run"])
+    assert options.search_config(args) == SearchConfig()
+    assert options.eval_config(args) == EvalConfig()
+    suite = build_parser().parse_args(["suite", "softmax"])
+    assert options.search_config(suite) == SearchConfig()
+
+
+def test_tolerance_is_an_alias_of_tolerance_factor():
+    from evokernel.cli.main import build_parser
+    for flag in ("--tolerance", "--tolerance-factor"):
+        args = build_parser().parse_args(["check", "softmax", "k.py", flag, "8"])
+        assert args.tolerance_factor == 8.0
+
+
+def test_readme_lists_every_command():
+    from tests.support.scripts import ROOT
+    readme = (ROOT / "README.md").read_text()
+    for name in _subparsers():
+        assert f"evokernel {name}" in readme, name
+    commands = readme[readme.index("## Command line"):readme.index("## Without a GPU")]
+    assert "--build-only [--arch 9.0]" in commands and "[--run]" in commands
+    assert "evokernel bench [--phases cold,warm,fidelity,sequential,faults]" in commands
+    assert "--evaluator fake" in readme and "not measurements" in readme
