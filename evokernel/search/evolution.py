@@ -155,14 +155,8 @@ class Evolution:
                 raise ConfigError(f"{cfg.llm.model}: set {', '.join(missing)} (litellm reads the "
                                   "provider's key from the environment), or pass --api-base for "
                                   "a local server")
-        if self.evaluator is None:                # before any folder is made (issue 15)
-            import torch
-            if not torch.cuda.is_available():
-                raise NoGPUError("Evolution's default evaluator (CudaEvaluator) needs a CUDA "
-                                 "GPU, and PyTorch sees none here; nothing was created. Pass "
-                                 "evaluator=... to run without one (evokernel.demo."
-                                 "fake_evaluator.FakeEvaluator is a demonstration: its numbers "
-                                 "are not measurements)")
+        if self.evaluator is None:
+            _require_gpu()                        # before any folder is made
         created = not run_dir.exists()
         if resume:
             store = RunStore(run_dir)
@@ -372,6 +366,16 @@ def _rng_state(state: Any) -> tuple[Any, ...]:
     """random.Random state from its JSON form (lists back to tuples)."""
     version, internal, gauss = state
     return (version, tuple(internal), gauss)
+
+
+def _require_gpu() -> None:
+    """Raises NoGPUError when the default evaluator (CudaEvaluator) would find no GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        raise NoGPUError("Evolution's default evaluator (CudaEvaluator) needs a CUDA GPU, and "
+                         "PyTorch sees none here; nothing was created. Pass evaluator=... to run "
+                         "without one (evokernel.demo.fake_evaluator.FakeEvaluator is a "
+                         "demonstration: its numbers are not measurements)")
 
 
 def _discard_if_empty(store: RunStore, run_dir: Path, created: bool) -> None:
