@@ -226,9 +226,11 @@ class LLMConfig:
 class SearchConfig:
     """The (mu + lambda) loop (evokernel.search.evolution).
 
-    population_size is DEAP's mu, offspring_per_generation its lambda_; crossover_prob and
-    mutation_prob are cxpb and mutpb (the rest of the offspring slots are re-evaluations of
-    nothing: evokernel never re-times a candidate, so cxpb + mutpb must be 1 here, split as given).
+    population_size is DEAP's mu, offspring_per_generation its lambda_ (operator calls per
+    generation). crossover_prob is varOr's cxpb: each call is a crossover with this probability
+    (when there are crossover operators and two individuals), else a mutation, so varOr's mutpb
+    is 1 - crossover_prob and there is no reproduction slot (evokernel never re-times a
+    candidate). evokernel.search.variation.plan draws the split.
     ideas_per_call (k) and implementations_per_idea (m) shape the idea mutation's branching.
     repair_attempts: how many times a rejected child's lineage goes back to the repair operator
         within its generation (a failed fix is repaired again, up to this many rounds).

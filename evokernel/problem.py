@@ -87,29 +87,55 @@ def load_problem(spec: str | Path, seed: str | Path | None = None) -> Problem:
                    distributions=distributions)
 
 
+def problem_files(folder: str | Path) -> list[Path]:
+    """The problem files under ``folder`` (KernelBench's ``level1/...`` layout or ours), sorted,
+    without ``__init__.py`` and ``seeds/`` folders."""
+    path = Path(folder)
+    return sorted(p for p in path.rglob("*.py")
+                  if p.name != "__init__.py" and "seeds" not in p.relative_to(path).parts[:-1])
+
+
+def load_each(spec: str | Path) -> list[tuple[Path, Problem | ProblemError]]:
+    """Every problem file named by ``spec`` (a file, a built-in name or a folder) with its
+    Problem, or the ProblemError that says what is wrong with it: good and bad files alike.
+
+    Raises:
+        ProblemError: ``spec`` names no file, or a folder that holds no problem file.
+    """
+    path = Path(spec)
+    if not path.is_dir():
+        try:
+            problem = load_problem(spec)
+        except ProblemError as e:
+            if not path.is_file():
+                raise
+            return [(path, e)]
+        return [(problem.path, problem)]
+    files = problem_files(path)
+    if not files:
+        raise ProblemError(f"{path}: no problem files (*.py) in this folder")
+    out: list[tuple[Path, Problem | ProblemError]] = []
+    for f in files:
+        try:
+            out.append((f, load_problem(f)))
+        except ProblemError as e:
+            out.append((f, e))
+    return out
+
+
 def load_problems(spec: str | Path) -> list[Problem]:
-    """Load a problem file, or every problem file under a folder (KernelBench's ``level1/...``
-    layout or ours), skipping ``__init__.py`` and ``seeds/`` folders.
+    """Load a problem file, or every problem file under a folder (see ``problem_files``).
 
     Raises:
         ProblemError: naming every malformed file, or when the folder holds no problem.
     """
-    path = Path(spec)
-    if not path.is_dir():
+    if not Path(spec).is_dir():
         return [load_problem(spec)]
-    files = sorted(p for p in path.rglob("*.py")
-                   if p.name != "__init__.py" and "seeds" not in p.relative_to(path).parts[:-1])
-    problems, errors = [], []
-    for f in files:
-        try:
-            problems.append(load_problem(f))
-        except ProblemError as e:
-            errors.append(str(e))
+    loaded = load_each(spec)
+    errors = [str(p) for _, p in loaded if isinstance(p, ProblemError)]
     if errors:
         raise ProblemError("malformed problem files:\n  " + "\n  ".join(errors))
-    if not problems:
-        raise ProblemError(f"{path}: no problem files (*.py) in this folder")
-    return problems
+    return [p for _, p in loaded if isinstance(p, Problem)]
 
 
 def exec_module(source: str, module_name: str, filename: str) -> types.ModuleType:
@@ -163,23 +189,30 @@ def _validate(path: Path, source: str, required: tuple[str, ...]) -> tuple[str, 
 
 
 def _check_shape(path: Path, tree: ast.Module, name: str) -> None:
-    """What can be told without running the file: ``Model``/``ModelNew`` is a class deriving
-    (through classes of this file) from ``Module``, with a ``forward``; ``get_*`` are functions.
-    A name that is imported, or a class deriving from an imported class other than Module, is
-    not judged here (the worker's set-up reports what goes wrong when it runs)."""
+    message = definition_fault(tree, name)
+    if message is not None:
+        raise ProblemError(f"{path}: {message}")
+
+
+def definition_fault(tree: ast.Module, name: str) -> str | None:
+    """What is wrong with the top-level definition of ``name`` in a parsed problem or candidate
+    file, as far as can be told without running it, or None.
+
+    ``Model``/``ModelNew`` must be a class deriving (through classes of the file) from
+    ``Module``, with a ``forward``; ``get_*`` names must be functions. A name that is imported
+    or assigned, or a class deriving from an imported class other than Module, is not judged
+    (running the file tells). A name that is not defined at all is not judged here either.
+    """
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef,
                                                              ast.AsyncFunctionDef))}
     kind = "class" if name in classes else "function" if name in functions else None
     if name.startswith("get_"):
-        if kind == "class":
-            raise ProblemError(f"{path}: {name} must be a function, not a class")
-        return
+        return f"{name} must be a function, not a class" if kind == "class" else None
     if kind == "function":
-        raise ProblemError(f"{path}: {name} must be a class deriving from torch.nn.Module, "
-                           "not a function")
+        return f"{name} must be a class deriving from torch.nn.Module, not a function"
     if kind is None:
-        return
+        return None
     seen: set[str] = set()
     todo, is_module, has_forward, unknown_base = [name], False, False, False
     while todo:
@@ -198,11 +231,12 @@ def _check_shape(path: Path, tree: ast.Module, name: str) -> None:
             else:
                 unknown_base = True
     if unknown_base:
-        return
+        return None
     if not is_module:
-        raise ProblemError(f"{path}: class {name} must derive from torch.nn.Module")
+        return f"class {name} must derive from torch.nn.Module"
     if not has_forward:
-        raise ProblemError(f"{path}: class {name} has no forward()")
+        return f"class {name} has no forward()"
+    return None
 
 
 def _literal_names(path: Path, node: ast.expr) -> tuple[str, ...]:

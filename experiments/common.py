@@ -7,6 +7,9 @@ server of evokernel/demo/fake_server.py on 127.0.0.1, reached through litellm's 
 ``--evaluator fake`` judges with evokernel/demo/fake_evaluator.py (no GPU; its numbers are not
 measurements). They exist so the scripts' logic can be tested in CI, and so the whole pipeline
 can be checked on a GPU without a provider.
+
+Without a GPU, a script that needs one stops with one line on stderr and exit status 2 before it
+creates any folder (``require_gpu``, ``run_script``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from evokernel.demo.fake_evaluator import FakeEvaluator  # noqa: E402
 from evokernel.demo.scripted_llm import scripted_reply  # noqa: E402
 
 from evokernel.config import LLMConfig  # noqa: E402
+from evokernel.errors import EvokernelError, NoGPUError  # noqa: E402
 from evokernel.problem import Problem  # noqa: E402
 from evokernel.runs.store import RunStore  # noqa: E402
 
@@ -45,6 +49,35 @@ def add_llm_and_evaluator_args(ap: argparse.ArgumentParser) -> None:
                     help="cuda: build, gate and time on the GPU (default); fake: a cheap "
                          "deterministic stand-in without a GPU, to test the script")
     ap.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
+
+
+def require_gpu(args: argparse.Namespace | None = None) -> None:
+    """Raises NoGPUError (one line) when the script evaluates on the GPU (no ``--evaluator fake``)
+    and PyTorch sees none; call it before creating any folder."""
+    if args is not None and getattr(args, "evaluator", "cuda") == "fake":
+        return
+    import torch
+    if torch.cuda.is_available():
+        return
+    hint = (" (--mock --evaluator fake runs the script's logic without one: a demonstration "
+            "whose numbers are not measurements)" if args is not None and
+            hasattr(args, "evaluator") else "")
+    raise NoGPUError("needs a CUDA GPU to build, gate and time kernels, and PyTorch sees none "
+                     "here; nothing was created" + hint)
+
+
+def run_script(name: str, main: Any) -> int:
+    """Run ``main()`` as the script ``name``: an evokernel error ends it with one line
+    ("NAME: what was wrong") and exit status 2, an interrupt with 130."""
+    try:
+        main()
+    except EvokernelError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted (run it again to resume)", file=sys.stderr)
+        return 130
+    return 0
 
 
 def configure_logging(verbose: bool) -> None:

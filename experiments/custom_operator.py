@@ -4,12 +4,16 @@ mutation operator next to evokernel's LLM-free tune operator.
     python experiments/custom_operator.py [PROBLEM] [--generations G]
 
 An operator is any object with a ``name`` and ``__call__(parent, ctx) -> list[Candidate]``; it only
-writes source code. evokernel builds, gates and times what it returns.
+writes source code. evokernel builds, gates and times what it returns, on a GPU: without one the
+script stops with one line before it creates anything.
 """
 from __future__ import annotations
 
 import argparse
 import re
+import sys
+
+import common
 
 from evokernel import Evolution, RunConfig, SearchConfig, load_problem
 from evokernel.operators import TuneMutation
@@ -36,14 +40,17 @@ class DoubleTunables:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("problem", nargs="?", default="softmax")
-    ap.add_argument("--generations", type=int, default=2)
-    ap.add_argument("--run-dir")
+    ap.add_argument("problem", nargs="?", default="softmax",
+                    help="built-in problem name or KernelBench-format file (default: softmax)")
+    ap.add_argument("--generations", type=int, default=2, help="generations (default: 2)")
+    ap.add_argument("--run-dir", help="run directory (none: runs/<problem>-<time>)")
     args = ap.parse_args()
+    problem = load_problem(args.problem)
+    common.require_gpu()
     config = RunConfig(problem=args.problem, run_dir=args.run_dir,
                        search=SearchConfig(population_size=4, offspring_per_generation=6,
                                            generations=args.generations, seed=1))
-    evolution = Evolution(load_problem(args.problem), config,
+    evolution = Evolution(problem, config,
                           mutations=[TuneMutation(), DoubleTunables()],
                           on_generation=lambda g: print(f"gen {g.generation}: best "
                                                         f"{g.best_speedup:.3f}x "
@@ -55,4 +62,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script("custom_operator", main))

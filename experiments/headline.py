@@ -7,6 +7,11 @@ torch.compile, its time as a % of the physical floor, and the LLM tokens each se
     python experiments/headline.py --mock-server          # the same, over HTTP (fake server)
     python experiments/headline.py --mock --evaluator fake --problems softmax,matmul   # no GPU
 
+The last line is a demonstration: the fake evaluator (evokernel/demo/fake_evaluator.py) gives
+every kernel made-up, deterministic times, so the table shows the pipeline working, never a
+measurement (summary.md says so). Without a GPU and without ``--evaluator fake`` the script
+stops at once with one line, and creates nothing.
+
 Each problem's run goes to RUN_ROOT/PROBLEM; a run that is already there is resumed (with the
 config it was started with), so a killed experiment continues where it stopped and replays its
 cached LLM replies. The table is written to RUN_ROOT/summary.md and RUN_ROOT/summary.json.
@@ -30,20 +35,30 @@ from evokernel.search.evolution import Evolution  # noqa: E402
 from evokernel.runs.store import RunStore  # noqa: E402
 
 HEADLINE = ("softmax", "layernorm", "matmul", "conv2d", "conv2d_relu_maxpool")
+SEARCH = SearchConfig()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--problems", default=",".join(HEADLINE),
                     help=f"comma-separated subset (default: {','.join(HEADLINE)})")
-    ap.add_argument("--generations", type=int, default=5)
-    ap.add_argument("--population", type=int, default=4, help="population size (mu)")
-    ap.add_argument("--offspring", type=int, default=4, help="operator calls per generation")
-    ap.add_argument("--ideas", type=int, default=3, help="ideas per idea call (k)")
-    ap.add_argument("--implementations", type=int, default=2,
-                    help="implementations per idea (m)")
-    ap.add_argument("--islands", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--generations", type=int, default=5,
+                    help="generations of each search (default: 5, more than a run's "
+                         f"{SEARCH.generations})")
+    ap.add_argument("--population", type=int, default=SEARCH.population_size,
+                    help=f"population size (mu) (default: {SEARCH.population_size})")
+    ap.add_argument("--offspring", type=int, default=4,
+                    help="operator calls per generation (default: 4, fewer than a run's "
+                         f"{SEARCH.offspring_per_generation})")
+    ap.add_argument("--ideas", type=int, default=SEARCH.ideas_per_call,
+                    help=f"ideas per idea call (k) (default: {SEARCH.ideas_per_call})")
+    ap.add_argument("--implementations", type=int, default=SEARCH.implementations_per_idea,
+                    help="implementations per idea (m) "
+                         f"(default: {SEARCH.implementations_per_idea})")
+    ap.add_argument("--islands", type=int, default=SEARCH.islands,
+                    help=f"populations with ring migration (default: {SEARCH.islands})")
+    ap.add_argument("--seed", type=int, default=SEARCH.seed,
+                    help=f"the searches' RNG seed (default: {SEARCH.seed})")
     ap.add_argument("--max-tokens", type=int, help="LLM token budget of each search")
     ap.add_argument("--max-cost-usd", type=float, help="LLM cost budget of each search")
     ap.add_argument("--no-compile-baseline", action="store_true",
@@ -146,6 +161,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = [n for n in names if n not in HEADLINE]
     if unknown or not names:
         raise SystemExit(f"headline: unknown problems {unknown}; choose from {HEADLINE}")
+    common.require_gpu(args)                     # before any folder is made
     root = Path(args.run_root or f"runs/headline-{time.strftime('%Y%m%d-%H%M%S')}")
     root.mkdir(parents=True, exist_ok=True)
     llm = common.llm_label(args)
@@ -171,4 +187,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script("headline", main))

@@ -1,6 +1,8 @@
 """A search with the LLM operators (ideas, k x m implementations, crossover, repair) against a
 scripted LLM served through litellm's ``mock_response``: the whole pipeline on the GPU, with no
-provider. Failures (no code, compile errors) are recorded with their reasons.
+provider. Failures (no code, compile errors) are recorded with their reasons. Without a GPU it
+stops with one line before it creates anything (experiments/headline.py --mock --evaluator fake
+is the GPU-free demonstration).
 
     python experiments/mock_llm_search.py [PROBLEM] [--generations 3] [--run-dir D]
 """
@@ -10,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import common  # noqa: E402
 
 from evokernel.demo.scripted_llm import scripted_reply  # noqa: E402
 
@@ -20,11 +23,16 @@ from evokernel.runs.store import RunStore  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("problem", nargs="?", default="softmax")
-    ap.add_argument("--generations", type=int, default=3)
-    ap.add_argument("--run-dir", default=None)
-    ap.add_argument("--no-compile-baseline", action="store_true")
+    ap.add_argument("problem", nargs="?", default="softmax",
+                    help="built-in problem name or KernelBench-format file (default: softmax)")
+    ap.add_argument("--generations", type=int, default=3, help="generations (default: 3)")
+    ap.add_argument("--run-dir", default=None,
+                    help="run directory (none: runs/mock-llm-<problem>)")
+    ap.add_argument("--no-compile-baseline", action="store_true",
+                    help="skip timing torch.compile")
     args = ap.parse_args()
+    problem = load_problem(args.problem)
+    common.require_gpu()
     from evokernel.config import EvalConfig
     llm_config = LLMConfig(model="openai/scripted-mock", max_concurrency=16)
     config = RunConfig(problem=args.problem, run_dir=args.run_dir or f"runs/mock-llm-{args.problem}",
@@ -37,7 +45,7 @@ def main() -> None:
     run_dir = Path(config.run_dir or f"runs/mock-llm-{args.problem}")
     llm = LLMClient(llm_config, cache_path=run_dir.parent / f"{run_dir.name}-llm-cache.sqlite",
                     mock_response=scripted_reply)
-    evo = Evolution(load_problem(args.problem), config, llm=llm,
+    evo = Evolution(problem, config, llm=llm,
                     on_generation=lambda g: print(f"gen {g.generation}: best "
                                                   f"{g.best_speedup:.3f}x valid {g.valid}/{g.total}",
                                                   flush=True))
@@ -55,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script("mock_llm_search", main))

@@ -1,26 +1,51 @@
-"""`evokernel check` and `evokernel suite`: gate and time kernel files, one problem or a set.
+"""`evokernel check PROBLEM KERNEL...`: a kernel file's faults, its build, then on a GPU its gate
+verdict and times.
 
-    format_result(res)    a kernel's verdict as the lines `evokernel check` prints
-    cmd_check(args)       gate and time kernel files against one problem (--json: verdicts)
-    cmd_suite(args)       one row per problem and fast_p: checked or searched here on the GPU,
-                          or built from check_*.json files without one (--from-checks)
+    add_parser(sub)       the `check` subcommand
+    cmd_check(args)       check kernel files against one problem
+    format_result(res)    a kernel's verdict as the lines `check` prints
 
-evokernel.cli.main parses the arguments, maps errors to exit status and runs the other commands;
-this module uses its config and GPU helpers (so evokernel.cli.main imports it only when it builds
-the parser).
+Order: the problem file is loaded (statically); each kernel file's own faults are named
+(evokernel.cli.kernel_faults: syntax, no ModelNew, no build call, and the source scan's
+lower-precision constructs as warnings); files with a fault are rejected without a build or a
+GPU. With ``--build-only`` the other files are compiled for ``--arch`` without a GPU
+(evokernel.cli.build_only); otherwise they go to the GPU to be built, gated and timed.
+Exit status: 0 every file passed (was built, with --build-only), 1 one did not, 2 bad input.
 """
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any, Sequence
 
-from evokernel.cli.main import (_eval_config, _llm_config, _require_gpu, _run_with_progress,
-                           _search_config)
+from evokernel.cli import options
+from evokernel.cli.kernel_faults import Fault, kernel_faults
 from evokernel.errors import EvokernelError
 
 
-def format_result(res) -> str:
-    """A kernel's verdict as the lines `evokernel check` prints."""
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add `check` to the subparsers ``sub``; returns its parser."""
+    c = sub.add_parser("check", help="check kernel files: faults, build, gate and times",
+                       description="Name each kernel file's own faults, then gate and time it "
+                       "on the GPU (or, with --build-only, compile it without one).")
+    c.add_argument("problem", metavar="PROBLEM",
+                   help="built-in problem name or KernelBench-format file the kernels solve")
+    c.add_argument("kernel", metavar="KERNEL", nargs="+",
+                   help="candidate files (each defines ModelNew and builds its CUDA)")
+    c.add_argument("--build-only", action="store_true",
+                   help="no GPU: name the files' faults and compile them, in parallel")
+    c.add_argument("--arch", help="with --build-only: GPU arch X.Y to compile for (none: this "
+                   "GPU's, else TORCH_CUDA_ARCH_LIST's last, else 9.0, the H200's)")
+    c.add_argument("--json", help="also write the verdicts to this JSON file "
+                   "(`suite --from-checks` reads it)")
+    options.add_eval_arguments(c)
+    c.set_defaults(func=cmd_check)
+    return c
+
+
+def format_result(res: Any) -> str:
+    """A kernel's verdict (EvalResult) as the lines `evokernel check` prints."""
     def num(x, fmt):
         return "-" if x is None else format(x, fmt)
     lines = [f"verdict:        {res.verdict.value} ({res.reason.value})",
@@ -28,7 +53,7 @@ def format_result(res) -> str:
     if res.distribution is not None and not res.accepted:
         lines.append(f"failed on:      distribution {res.distribution}, seed {res.seed}")
     lines += [f"norm ratio:     {num(res.norm_error_ratio, '.3g')} (candidate error / PyTorch "
-              f"FP32 error; must be <= {num(res.tolerance_factor, 'g')})",
+              f"FP32 error; must be <= tolerance_factor {num(res.tolerance_factor, 'g')})",
               f"max ratio:      {num(res.max_error_ratio, '.3g')}",
               f"eager ms:       {num(res.reference_ms, '.4f')}",
               f"compile ms:     {num(res.compile_ms, '.4f')}",
@@ -48,42 +73,105 @@ def format_result(res) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    import json
-
-    from evokernel.engine.factory import make_evaluator
     from evokernel.problem import load_problem
-    from evokernel.records import Candidate
 
     problem = load_problem(args.problem)
     kernels = [Path(k) for k in args.kernel]
-    sources = [_read_kernel(k) for k in kernels]
+    sources = [read_kernel(k) for k in kernels]
+    if args.json and args.build_only:
+        raise EvokernelError("--json records gate verdicts, which --build-only does not reach")
+    if args.arch and not args.build_only:
+        raise EvokernelError("--arch is for --build-only (a GPU check builds for its GPU)")
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise EvokernelError(f"--json {args.json}: its folder does not exist")
-    config = _eval_config(args)                  # bad flags are named before the GPU check
-    _require_gpu()
-    cands = [Candidate(source=src, idea=f"file {k}", operator="check")
-             for k, src in zip(kernels, sources)]
+    config = options.eval_config(args)           # bad flags are named before the GPU check
+    faults = {k: kernel_faults(k, src) for k, src in zip(kernels, sources)}
+    for k in kernels:
+        for f in faults[k]:
+            print(f)
+    good = [(k, src) for k, src in zip(kernels, sources)
+            if not any(f.severity == "error" for f in faults[k])]
+    if args.build_only:
+        return _build_only(good, len(kernels), args.arch, config)
+    if not good:
+        print(f"no kernel file to gate: every file has a fault ({len(kernels)} named above)")
+        _write_json(args.json, problem, {}, dict(zip(kernels, sources)), faults, {})
+        return 1
+    options.require_gpu()
+    results, info = _evaluate(problem, good, config)
+    print(f"problem:        {problem.name} ({problem.path})\ndevice:         {info.get('device')}"
+          f" (torch {info.get('torch')}, CUDA {info.get('cuda')})")
+    for k in kernels:
+        print(f"\nkernel:         {k}")
+        print(format_result(results[k]) if k in results else
+              "verdict:        reject (named above, not sent to the GPU)")
+    _write_json(args.json, problem, info, dict(zip(kernels, sources)), faults, results)
+    return 0 if len(results) == len(kernels) and all(r.accepted for r in results.values()) \
+        else 1
+
+
+def _evaluate(problem: Any, files: Sequence[tuple[Path, str]], config: Any
+              ) -> tuple[dict[Path, Any], dict[str, Any]]:
+    """Gate and time each (path, source) on the GPU. Returns: results by path, device info."""
+    from evokernel.engine.factory import make_evaluator
+    from evokernel.records import Candidate
+    cands = [Candidate(source=src, idea=f"file {k}", operator="check") for k, src in files]
     evaluator = make_evaluator(problem, config)
     try:
         results = evaluator.evaluate(cands)
     finally:
         evaluator.close()
-    info = evaluator.info
-    print(f"problem:        {problem.name} ({problem.path})\ndevice:         {info.get('device')}"
-          f" (torch {info.get('torch')}, CUDA {info.get('cuda')})")
-    for k, cand, res in zip(kernels, cands, results):
-        print(f"\nkernel:         {k} [{cand.id}]")
-        print(format_result(res))
-    if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"problem": problem.name, "device": info,
-             "kernels": [dict(r.to_dict(), kernel=str(k), speedup=r.speedup,
-                              compile_speedup=r.compile_speedup, pct_of_floor=r.pct_of_floor)
-                         for k, r in zip(kernels, results)]}, indent=2))
-    return 0 if all(r.accepted for r in results) else 1
+    return {k: r for (k, _), r in zip(files, results)}, evaluator.info
 
 
-def _read_kernel(path: Path) -> str:
+def _build_only(files: list[tuple[Path, str]], total: int, arch: str | None, config: Any) -> int:
+    """Compile ``files`` without a GPU and print one line per file (its errors under it)."""
+    from evokernel.cli.build_only import build_kernels, default_arch
+    where = "--arch"
+    if arch is None:
+        arch, where = default_arch()
+    if not files:
+        print(f"nothing to build: every file has a fault ({total} named above)")
+        return 1
+    print(f"building {len(files)} kernel file(s) for sm_{arch.replace('.', '')} ({where}); "
+          "no GPU is used")
+    try:
+        reports = build_kernels(files, arch, config)
+    except ValueError as e:
+        raise EvokernelError(f"--arch {arch}: {e}") from e
+    for r in reports:
+        state = "built" if r.ok else "FAILED"
+        print(f"{r.path}: {state} in {r.build_s:.1f} s" + (" (from the cache)" if r.cache_hit
+                                                            else ""))
+        for e in r.errors:
+            print(f"  {e}")
+    built = sum(r.ok for r in reports)
+    print(f"{built} of {total} kernel file(s) built" + ("" if built == total else
+                                                         f"; {total - built} did not"))
+    return 0 if built == total else 1
+
+
+def _write_json(path: str | None, problem: Any, info: dict[str, Any],
+                sources: dict[Path, str], faults: dict[Path, list[Fault]],
+                results: dict[Path, Any]) -> None:
+    """``check --json``: each file's verdict; a file with a fault is a rejection naming it."""
+    if not path:
+        return
+    from evokernel.records import Candidate, EvalResult
+    entries = []
+    for k, src in sources.items():
+        r = results.get(k)
+        if r is None:
+            first = next(f for f in faults[k] if f.severity == "error")
+            r = EvalResult.failure(Candidate(source=src).id, first.reason, str(first))
+        entries.append(dict(r.to_dict(), kernel=str(k), speedup=r.speedup,
+                            compile_speedup=r.compile_speedup, pct_of_floor=r.pct_of_floor,
+                            faults=[str(f) for f in faults[k]]))
+    Path(path).write_text(json.dumps({"problem": problem.name, "device": info,
+                                      "kernels": entries}, indent=2))
+
+
+def read_kernel(path: Path) -> str:
     """A kernel file's text. Raises: EvokernelError naming the file when it cannot be used."""
     if path.is_dir():
         raise EvokernelError(f"{path}: is a folder, not a kernel file")
@@ -96,50 +184,3 @@ def _read_kernel(path: Path) -> str:
             from e
     except OSError as e:
         raise EvokernelError(f"{path}: cannot read: {e.strerror}") from e
-
-
-def cmd_suite(args: argparse.Namespace) -> int:
-    from evokernel.report import suite
-    if args.from_checks:
-        if not Path(args.from_checks).is_dir():
-            raise EvokernelError(f"{args.from_checks}: no such folder of check_*.json files")
-        try:
-            rows = suite.rows_from_checks(args.from_checks)
-        except ValueError as e:
-            raise EvokernelError(str(e)) from e
-        if args.problems:   # problems named but never checked count against fast_p
-            from evokernel.cli.suite_run import suite_problems
-            have = {r.problem for r in rows}
-            rows += [suite.missing_row(p.name, "no check file")
-                     for p in suite_problems(args.problems) if p.name not in have]
-    else:
-        rows = _suite_on_gpu(args)
-    md, js = suite.write(rows, args.output, title=args.title)
-    print(md.read_text(), end="")
-    print(f"\nwritten: {md} and {js}")
-    return 0
-
-
-def _suite_on_gpu(args: argparse.Namespace):
-    from evokernel.config import RunConfig
-    from evokernel.cli.suite_run import candidate_files, check_all, search_all, suite_problems
-
-    if not args.problems:
-        raise EvokernelError("suite: name a folder, files or built-in problems "
-                             "(or --from-checks DIR)")
-    problems = suite_problems(args.problems)
-    if args.search:
-        config = RunConfig(
-            search=_search_config(args), evaluation=_eval_config(args), llm=_llm_config(args))
-        _require_gpu()
-        base = Path(args.output)
-        run_root = base.parent / f"{base.stem}_runs"
-
-        def run(problem, cfg):
-            resume = (Path(cfg.run_dir) / "run.sqlite").exists()
-            return _run_with_progress(problem, cfg, resume=resume, verbose=args.verbose)
-        return search_all(problems, config, run_root, run=run)
-    files = candidate_files(problems, args.kernels)
-    eval_config = _eval_config(args)
-    _require_gpu()
-    return check_all(problems, files, eval_config)

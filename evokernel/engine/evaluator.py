@@ -72,13 +72,17 @@ class CudaEvaluator:
         config: the evaluation config.
         devices: GPU indices to use (default: every visible GPU, one worker each).
         log_dir: where worker logs go (default: <cache>/logs).
+        compile_ms: a torch.compile baseline (ms) to use instead of measuring one: a resumed
+            run's (RunStore.compile_baseline_ms), so that all of its candidates are compared with
+            one measurement, as a respawned worker's are.
     Raises:
         NoGPUError: no CUDA GPU is visible.
         ProblemError: the problem could not be set up on the GPU.
     """
 
     def __init__(self, problem: Problem, config: EvalConfig, *,
-                 devices: Sequence[int] | None = None, log_dir: Path | None = None):
+                 devices: Sequence[int] | None = None, log_dir: Path | None = None,
+                 compile_ms: float | None = None):
         import torch
 
         from evokernel.build.builder import Builder, device_arch, worker_env
@@ -98,7 +102,8 @@ class CudaEvaluator:
         setup = {"kind": "setup", "arch": self.arch,
                  "problem": {"name": problem.name, "path": str(problem.path),
                              "source": problem.source,
-                             "distributions": list(problem.distributions or ())},
+                             "distributions": list(problem.distributions or ()),
+                             "compile_ms": compile_ms},
                  "config": RunConfig(evaluation=config).to_dict()}
         log_dir = log_dir or config.cache_path / "logs"
         self.workers = [WorkerHandle(setup, env=worker_env(), device_index=d,

@@ -13,7 +13,7 @@ from evokernel.problem import Problem
 
 
 def make_evaluator(problem: Problem, config: EvalConfig, *, devices: Sequence[int] | None = None,
-                   log_dir: Path | None = None) -> Evaluator:
+                   log_dir: Path | None = None, compile_ms: float | None = None) -> Evaluator:
     """The evaluator ``config`` asks for, set up for ``problem`` (its GPU workers started).
 
     Args:
@@ -21,9 +21,12 @@ def make_evaluator(problem: Problem, config: EvalConfig, *, devices: Sequence[in
         config: the evaluation settings.
         devices: GPU indices (default: every visible GPU, one worker each).
         log_dir: where worker logs go (default: <cache>/logs).
+        compile_ms: a torch.compile baseline already measured for this problem on this GPU (a
+            resumed run's), used instead of measuring or reading the cache again.
     Returns: a ready Evaluator; the caller closes it.
     Raises: NoGPUError when no CUDA GPU is visible; ProblemError when the problem cannot be set
         up on the GPU.
     """
-    options = {k: v for k, v in (("devices", devices), ("log_dir", log_dir)) if v is not None}
+    options = {k: v for k, v in (("devices", devices), ("log_dir", log_dir),
+                                 ("compile_ms", compile_ms)) if v is not None}
     return local.CudaEvaluator(problem, config, **options)

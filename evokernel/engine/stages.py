@@ -384,7 +384,7 @@ class Accept:
     def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
         o, c = t.outcome, t.stats["candidate"]
         detail = (f"accepted: norm ratio {o.norm_error_ratio:.3g}, max ratio "
-                  f"{o.max_error_ratio:.3g} (factor {s.config.gate.tolerance_factor:g}); "
+                  f"{o.max_error_ratio:.3g} (tolerance_factor {s.config.gate.tolerance_factor:g}); "
                   f"reference {t.fields['reference_ms']:.4f} ms, candidate "
                   f"{t.fields['candidate_ms']:.4f} ms (95% CI {c.ci_low_ms:.4f}-"
                   f"{c.ci_high_ms:.4f}, {c.trials} trials)")

@@ -130,17 +130,17 @@ def _fmt(x: float | None) -> str:
 
 
 def numbers(distribution: str, seed: int, norm_ratio: float | None, max_ratio: float | None,
-            factor: float) -> str:
-    """The standard tail of every detail string: where, both ratios, and the factor."""
+            tolerance_factor: float) -> str:
+    """The standard tail of every detail string: where, both ratios, and tolerance_factor."""
     return (f"on {distribution} seed {seed}: norm ratio {_fmt(norm_ratio)}, max ratio "
-            f"{_fmt(max_ratio)} (factor {factor:g})")
+            f"{_fmt(max_ratio)} (tolerance_factor {tolerance_factor:g})")
 
 
 class _Judge:
     """State of one gate_candidate call: checks so far, fingerprints, the first outputs."""
 
-    def __init__(self, ref: GateReference, factor: float, scan: tuple[str, ...]):
-        self.ref, self.factor, self.scan = ref, factor, scan
+    def __init__(self, ref: GateReference, tolerance_factor: float, scan: tuple[str, ...]):
+        self.ref, self.tolerance_factor, self.scan = ref, tolerance_factor, scan
         self.checks: list[ErrorCheck] = []
         self.fingerprints: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
         self.previous: tuple[torch.Tensor, ...] | None = None
@@ -156,16 +156,16 @@ class _Judge:
         if check is not None:
             where, ratios = (check.distribution, check.seed), (check.norm_ratio, check.max_ratio)
         dist, seed = where if where else (None, None)
-        detail = f"{what}; {numbers(dist, seed, *ratios, self.factor)}"
+        detail = f"{what}; {numbers(dist, seed, *ratios, self.tolerance_factor)}"
         if not passed and self.scan:
             detail += f"; source scan: {', '.join(self.scan)}"
         return GateOutcome(passed, reason, detail, tuple(self.checks), dist, seed, ratios[0],
                            ratios[1], tuple(dict.fromkeys([*self.scan, *extra_flags])),
-                           self.factor, log)
+                           self.tolerance_factor, log)
 
     def evaluate(self, model_new: torch.nn.Module, index: int) -> GateOutcome | None:
         """Run on set ``index``; append its ErrorCheck; return an outcome only for a failure
-        that ends the gate at once (everything except an error ratio over the factor)."""
+        that ends the gate at once (everything except an error ratio over tolerance_factor)."""
         gs = self.ref.sets[index]
         where = (gs.distribution, gs.seed)
         run = run_candidate(model_new, gs.inputs, self.ref.device,
@@ -239,7 +239,7 @@ class _Judge:
     def _partial(self, gs: GateSet, outs: tuple[torch.Tensor, ...]) -> str:
         """gate_math.partial_output on each output, with the gate's element-wise bound."""
         for o, t, s, (_, rm) in zip(outs, gs.truths, gs.stats, gs.reference_errors):
-            tol = self.factor * max(rm, gm.unit_roundoff(o.dtype) * s.max_abs)
+            tol = self.tolerance_factor * max(rm, gm.unit_roundoff(o.dtype) * s.max_abs)
             found = gm.partial_output(o, t, tol)
             if found:
                 return found
@@ -252,7 +252,7 @@ class _Judge:
             cn, cm = gm.error_stats(o, t, t_norm=s.norm)
             nr, mr = gm.ratios(cn, cm, rn, rm, o.dtype, s.max_abs)
             c = ErrorCheck(gs.distribution, gs.seed, cn, cm, rn, rm, nr, mr,
-                           passed=nr <= self.factor and mr <= self.factor)
+                           passed=nr <= self.tolerance_factor and mr <= self.tolerance_factor)
             if best is None or max(nr, mr) > max(best.norm_ratio, best.max_ratio):
                 best = c
         return best
@@ -324,7 +324,7 @@ class _Judge:
             return self.outcome(True, Reason.OK, "FP32 accumulation error accepted", check)
         if max(check.norm_ratio, check.max_ratio) <= gm.ACCUMULATION_BOUND:
             return self.outcome(False, Reason.ACCUMULATION_ERROR, "FP32 accumulation error: "
-                                f"over the factor but within {gm.ACCUMULATION_BOUND:g}x "
+                                f"over tolerance_factor but within {gm.ACCUMULATION_BOUND:g}x "
                                 "PyTorch's error, no lower-precision match", check)
         return self.outcome(False, Reason.WRONG_FUNCTION, "error beyond "
                             f"{gm.ACCUMULATION_BOUND:g}x PyTorch's and no lower-precision match",
@@ -332,7 +332,7 @@ class _Judge:
 
     def determinism(self, model_new: torch.nn.Module, passed: GateOutcome) -> GateOutcome:
         """Re-run on the first set's inputs (fresh clones). NONDETERMINISTIC when the re-run
-        fails the gate's own test: NaN, a constant, or an error ratio over the factor. That
+        fails the gate's own test: NaN, a constant, or an error ratio over tolerance_factor. That
         bound is the tolerance itself, so atomics-order differences (a few roundings, far
         inside tolerance_factor x PyTorch's error) pass, with the flag
         "nondeterministic_within_rounding" when the runs differ bitwise. Anti-cheat failures

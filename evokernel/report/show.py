@@ -13,7 +13,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evokernel.runs.view import Entry, RunView, age_text, fmt_ms, fmt_x, lineage_rows
+from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, fmt_x,
+                                 kernel_text, lineage_rows)
 
 
 def _short(text: str, n: int = 72) -> str:
@@ -23,22 +24,6 @@ def _short(text: str, n: int = 72) -> str:
 def _cells(*values: str) -> list[Text]:
     """Plain-text cells: brackets in ideas and ids are not rich markup."""
     return [Text(v) for v in values]
-
-
-def kernel_line(view: RunView, e: Entry) -> str:
-    """'16.112x vs eager (0.5186 ms), 1.2x vs torch.compile, 369% of floor' for an accepted
-    entry; its status for any other."""
-    r = e.result
-    if r is None or not r.accepted:
-        return e.status
-    text = f"{r.speedup:.3f}x vs eager ({r.candidate_ms:.4f} ms)"
-    if r.compile_speedup:
-        text += f", {r.compile_speedup:.3f}x vs torch.compile"
-    elif view.compile_ms():
-        text += f", {view.compile_ms() / r.candidate_ms:.3f}x vs torch.compile"
-    if r.pct_of_floor:
-        text += f", {r.pct_of_floor:.0f}% of floor"
-    return text
 
 
 def summary(view: RunView, relative: bool = True) -> Table:
@@ -56,20 +41,17 @@ def summary(view: RunView, relative: bool = True) -> Table:
     row("device", f"{dev.get('device', '?')} (sm {dev.get('capability', '?')}, "
                   f"{dev.get('sm_count', '?')} SMs), torch {dev.get('torch', '?')}, "
                   f"CUDA {dev.get('cuda', '?')}" if dev else "not recorded yet")
-    eager, compile_ms = view.eager_ms(), view.compile_ms()
-    row("eager ms", "-" if eager is None else
-        f"{eager[0]:.4f} (median of {eager[3]} interleaved measurements, "
-        f"{eager[1]:.4f}-{eager[2]:.4f}; TF32 off)")
-    row("compile ms", fmt_ms(compile_ms) if compile_ms else "not measured")
+    row("eager ms", eager_text(view))
+    row("compile ms", compile_text(view))
     if dev.get("floor_ms"):
         row("floor ms", f"{dev['floor_ms']:.4f} ({dev.get('floor_bound', '?')}-bound; "
                         "100% of floor = at the physical floor)")
     best, seed = view.best, view.seed
     row("best", "no kernel accepted yet" if best is None else
-        f"{kernel_line(view, best)} [{best.id}, generation {best.candidate.generation}, "
+        f"{kernel_text(view, best)} [{best.id}, generation {best.candidate.generation}, "
         f"{best.candidate.operator}]")
     if seed is not None:
-        row("seed kernel", kernel_line(view, seed))
+        row("seed kernel", kernel_text(view, seed))
     status = [e.status for e in view.entries]
     n_ok, n_pending = status.count("accepted"), status.count("pending")
     ops = ", ".join(f"{k} {n}" for k, n in sorted(view.operators().items()))

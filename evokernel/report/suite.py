@@ -1,7 +1,7 @@
 """Problem-set scores: one row per problem, KernelBench's fast_p, and the geometric-mean speedup.
 
 Pure arithmetic and formatting (no GPU, no torch): ``evokernel suite`` fills the rows from
-``check`` verdicts, from searches (evokernel.cli.suite_run), or from check JSON files already written
+``check`` verdicts, from searches (evokernel.cli.suite), or from check JSON files already written
 (``--from-checks``), and this module scores and writes them.
 
 Definitions:

@@ -22,8 +22,8 @@ from pathlib import Path
 from loguru import logger
 
 from evokernel.report import plots
-from evokernel.runs.view import (RunView, age_text, fmt_ms, fmt_x, lineage_rows, load_run,
-                               to_json)
+from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, fmt_ms, fmt_x,
+                                 kernel_text, lineage_rows, load_run, to_json)
 
 PLOTS = (("speedup_per_generation.png", "Speedup per generation", plots.speedup_per_generation),
          ("candidates.png", "Every candidate", plots.candidates),
@@ -32,30 +32,23 @@ PLOTS = (("speedup_per_generation.png", "Speedup per generation", plots.speedup_
 
 def _summary_rows(view: RunView) -> list[tuple[str, str]]:
     dev = view.device
-    eager, compile_ms, best, seed = view.eager_ms(), view.compile_ms(), view.best, view.seed
     cfg = view.config
     rows = [("problem", view.problem), ("run", f"`{view.run_dir}`"),
             ("state", f"{view.state}; last record {age_text(view.last_write_s, relative=False)}"),
             ("device", f"{dev.get('device', '?')}, torch {dev.get('torch', '?')}, "
                        f"CUDA {dev.get('cuda', '?')}" if dev else "not recorded yet"),
-            ("eager ms (TF32 off)", "-" if eager is None else
-             f"{eager[0]:.4f} (median of {eager[3]}, {eager[1]:.4f}-{eager[2]:.4f})"),
-            ("torch.compile ms", fmt_ms(compile_ms) if compile_ms else "not measured"),
-            ("floor ms", f"{fmt_ms(dev.get('floor_ms'))} ({dev.get('floor_bound', '?')}-bound)"
+            ("eager ms", eager_text(view)), ("torch.compile ms", compile_text(view)),
+            ("floor ms", f"{fmt_ms(dev.get('floor_ms'))} ({dev.get('floor_bound', '?')}-bound;"
+                         " 100% of floor = at the physical floor)"
              if dev.get("floor_ms") else "-")]
-    for name, e in (("best kernel", best), ("seed kernel", seed)):
-        if e is None or e.result is None or not e.result.accepted:
-            rows.append((name, "none accepted yet" if name == "best kernel" else e.status
-                         if e else "-"))
-            continue
-        r = e.result
-        text = f"**{fmt_x(r.speedup)}** vs eager, {fmt_ms(r.candidate_ms)} ms"
-        if compile_ms:
-            text += f", {fmt_x(compile_ms / r.candidate_ms)} vs torch.compile"
-        if r.pct_of_floor:
-            text += f", {r.pct_of_floor:.0f}% of floor (100% = at the floor)"
-        rows.append((name, text + f"; `{e.id}`, generation {e.candidate.generation}, "
-                                  f"{e.candidate.operator}"))
+    for name, e in (("best kernel", view.best), ("seed kernel", view.seed)):
+        if e is None:
+            rows.append((name, "none accepted yet" if name == "best kernel" else "-"))
+        elif e.result is None or not e.result.accepted:
+            rows.append((name, "none accepted yet" if name == "best kernel" else e.status))
+        else:
+            rows.append((name, f"{kernel_text(view, e)}; `{e.id}`, generation "
+                               f"{e.candidate.generation}, {e.candidate.operator}"))
     if cfg is not None:
         s = cfg.search
         rows.append(("search", f"population {s.population_size}, offspring "

@@ -14,10 +14,17 @@ most the record being written, and resumes from what is there (evokernel.search.
 the run directory: a run that is still going is read through SQLite's read-only mode (sharing
 the writer's WAL), and a finished one as an immutable file, so no ``-wal``/``-shm`` files appear
 beside a committed run and its bytes stay as they are.
+
+``create`` writes the store whole (its tables and the problem's name) under a temporary name and
+renames it into place, so ``run.sqlite`` is never empty or half made. Opening a store, for
+reading or writing, first checks that it is one (``check_store``): an empty file, a SQLite file
+of another program, or a corrupt one is refused with a ConfigError that names the file and says
+which it is, before anything is read or written.
 """
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -45,6 +52,61 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
 
 
+#: The first 16 bytes of every SQLite 3 file (https://www.sqlite.org/fileformat.html, 1.3).
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _expected_columns() -> dict[str, list[str]]:
+    """Each table of _SCHEMA with its column names, in order."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(_SCHEMA)
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' "
+                                           "AND name NOT LIKE 'sqlite_%'")]
+        return {t: [c[1] for c in db.execute(f"PRAGMA table_info({t})")] for t in tables}
+    finally:
+        db.close()
+
+
+def check_store(db: sqlite3.Connection, path: Path) -> None:
+    """Check that the open connection ``db`` (to ``path``) holds an evokernel run store: every
+    table of the schema with its columns, and the problem recorded by ``RunStore.create``.
+
+    Raises:
+        ConfigError: naming ``path``: a file of another program (its tables are listed), an
+            incomplete store (the table or record it lacks), or one SQLite cannot read.
+    """
+    try:
+        found = {t: [c[1] for c in db.execute(f"PRAGMA table_info({t})")] for (t,) in
+                 db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()}
+        want = _expected_columns()
+        if not set(want) & set(found):
+            raise ConfigError(f"{path}: a SQLite file of another program (tables: "
+                              f"{', '.join(sorted(found)) or 'none'}), not an evokernel run "
+                              "store")
+        for table, columns in want.items():
+            if found.get(table) != columns:
+                what = "no table" if table not in found else "another layout of table"
+                raise ConfigError(f"{path}: not an evokernel run store ({what} {table!r})")
+        if db.execute("SELECT 1 FROM meta WHERE key='problem'").fetchone() is None:
+            raise ConfigError(f"{path}: an incomplete run store (no problem recorded; the run "
+                              "was not created by this version of evokernel, or was cut short)")
+    except sqlite3.DatabaseError as e:
+        raise ConfigError(f"{path}: not a readable run store ({e})") from e
+
+
+def _check_file(db: Path) -> None:
+    """Refuse, before SQLite opens it, a run.sqlite that is empty or not a SQLite file."""
+    with db.open("rb") as f:
+        head = f.read(len(SQLITE_MAGIC))
+    if not head:
+        raise ConfigError(f"{db}: an empty file (0 bytes), not a run store: the run never "
+                          "started or the file was cut short; start a new run elsewhere")
+    if head != SQLITE_MAGIC:
+        raise ConfigError(f"{db}: not a readable run store (not a SQLite file: it starts with "
+                          f"{head[:8]!r})")
+
+
 def _is_wal_file(db: Path) -> bool:
     """True when the SQLite file's header says WAL mode (bytes 18-19 are 2)."""
     with db.open("rb") as f:
@@ -61,16 +123,17 @@ class RunStore:
         Args:
             run_dir: the run directory.
             read_only: open for reading only (show, report, export): nothing in the directory
-                is created or changed, writes raise ConfigError, and a store whose tables do
-                not exist yet (a run that has only just started) reads as empty.
+                is created or changed, and writes raise ConfigError.
         Raises:
-            ConfigError: ``run_dir`` holds no run store.
+            ConfigError: ``run_dir`` holds no run store, or its run.sqlite is empty, of
+                another program or corrupt (``check_store``); nothing is written then.
         """
         self.run_dir = Path(run_dir)
         self.read_only = read_only
         db = self.run_dir / "run.sqlite"
         if not db.is_file():
             raise ConfigError(f"{self.run_dir}: not a run directory (no run.sqlite)")
+        _check_file(db)
         self._lock = threading.Lock()
         if read_only:
             # A live writer keeps run.sqlite-wal open; without one, SQLite's read-only mode
@@ -78,8 +141,15 @@ class RunStore:
             live = Path(f"{db}-wal").exists() or not _is_wal_file(db)
             uri = db.resolve().as_uri() + ("?mode=ro" if live else "?immutable=1")
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30.0)
+        else:
+            self._db = sqlite3.connect(db, check_same_thread=False, timeout=30.0)
+        try:
+            check_store(self._db, db)
+        except ConfigError:
+            self._db.close()
+            raise
+        if read_only:
             return
-        self._db = sqlite3.connect(db, check_same_thread=False, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
@@ -100,11 +170,20 @@ class RunStore:
         (run_dir / "problem.py").write_text(problem.source)
         if problem.seed_source is not None:   # resume needs it if killed before generation 0
             (run_dir / "seed.py").write_text(problem.seed_source)
-        sqlite3.connect(run_dir / "run.sqlite").close()
-        store = cls(run_dir)
-        store.set_meta("problem", {"name": problem.name, "path": str(problem.path)})
-        store.set_meta("started_s", time.time())
-        return store
+        new = run_dir / "run.sqlite.new"      # whole before it is run.sqlite (check_store)
+        new.unlink(missing_ok=True)
+        db = sqlite3.connect(new)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+            db.executemany("INSERT INTO meta VALUES (?,?)", [
+                ("problem", json.dumps({"name": problem.name, "path": str(problem.path)})),
+                ("started_s", json.dumps(time.time()))])
+            db.commit()
+        finally:
+            db.close()
+        os.replace(new, run_dir / "run.sqlite")
+        return cls(run_dir)
 
     def close(self) -> None:
         with self._lock:
@@ -151,8 +230,6 @@ class RunStore:
             try:
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.OperationalError as e:
-                if self.read_only and "no such table" in str(e):
-                    return []         # a run created a moment ago: its tables come next
                 raise ConfigError(f"{self.run_dir / 'run.sqlite'}: cannot read the run store: "
                                   f"{e}") from e
             except sqlite3.DatabaseError as e:
@@ -200,6 +277,20 @@ class RunStore:
             "UNION ALL SELECT MAX(finished_s) FROM generations UNION ALL SELECT MAX(at_s) "
             "FROM llm_calls") if t is not None]
         return max(times) if times else None
+
+    def compile_baseline_ms(self) -> float | None:
+        """The torch.compile baseline (ms) the run measured, for a resumed run to reuse: None
+        when it measured none, or when this machine's first GPU or torch version is not the
+        one it was measured on (then it is measured again)."""
+        device = self.meta().get("device") or {}
+        ms = device.get("compile_ms")
+        if not isinstance(ms, (int, float)) or not ms > 0:
+            return None
+        import torch
+        if not torch.cuda.is_available() or torch.__version__ != device.get("torch") \
+                or torch.cuda.get_device_name(0) != device.get("device"):
+            return None
+        return float(ms)
 
     def llm_calls(self) -> list[dict[str, Any]]:
         return [json.loads(d) for (d,) in self._rows("SELECT data FROM llm_calls ORDER BY id")]

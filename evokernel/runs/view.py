@@ -235,6 +235,53 @@ def _generation_rows(entries: list[Entry], complete: set[int]) -> list[Generatio
     return rows
 
 
+def kernel_text(view: RunView, e: Entry) -> str:
+    """'16.112x vs eager (0.5186 ms), 1.200x vs torch.compile, 369% of floor' for an accepted
+    entry; its status for any other. The one text that ``show`` and ``report`` print for a
+    kernel. The torch.compile speedup is over the baseline the kernel was timed with (its
+    result's compile_ms; the run's only when the result has none): a run resumed before a
+    first baseline was cached measured it again (see ``compile_text``)."""
+    r = e.result
+    if r is None or not r.accepted:
+        return e.status
+    text = f"{r.speedup:.3f}x vs eager ({r.candidate_ms:.4f} ms)"
+    run_compile = view.compile_ms()
+    if r.compile_speedup:
+        text += f", {r.compile_speedup:.3f}x vs torch.compile"
+    elif run_compile:
+        text += f", {run_compile / r.candidate_ms:.3f}x vs torch.compile"
+    if r.pct_of_floor:
+        text += f", {r.pct_of_floor:.0f}% of floor"
+    return text
+
+
+def eager_text(view: RunView) -> str:
+    """The eager reference time over the run's interleaved measurements, or "-"."""
+    eager = view.eager_ms()
+    if eager is None:
+        return "-"
+    median, lo, hi, n = eager
+    return f"{median:.4f} (median of {n} interleaved measurements, {lo:.4f}-{hi:.4f}; TF32 off)"
+
+
+def compile_text(view: RunView) -> str:
+    """The run's torch.compile time (ms), and which candidates were timed against another
+    measurement of it (a run resumed with no cached baseline measured it again); "not
+    measured" when there is none."""
+    run_ms = view.compile_ms()
+    if not run_ms:
+        return "not measured"
+    seen = Counter(round(e.result.compile_ms, 6) for e in view.entries
+                   if e.result is not None and e.result.compile_ms)
+    other = {ms: n for ms, n in seen.items() if abs(ms - run_ms) > 1e-6}
+    if not other:
+        return fmt_ms(run_ms)
+    total = sum(seen.values())
+    return (f"{run_ms:.4f} (the last measurement; " + ", ".join(
+        f"{n} of {total} candidates timed against {ms:.4f}" for ms, n in sorted(other.items()))
+        + ", measured before a resume)")
+
+
 def fmt_ms(x: float | None) -> str:
     """A time in ms with 4 decimals, or "-"."""
     return "-" if x is None else f"{x:.4f}"

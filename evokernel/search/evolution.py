@@ -25,7 +25,7 @@ from deap import base, tools
 from loguru import logger
 
 from evokernel.config import RunConfig
-from evokernel.errors import ConfigError, LLMError
+from evokernel.errors import ConfigError, LLMError, NoGPUError
 from evokernel.engine.evaluator import Evaluator
 from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,
                                       SearchContext)
@@ -155,6 +155,8 @@ class Evolution:
                 raise ConfigError(f"{cfg.llm.model}: set {', '.join(missing)} (litellm reads the "
                                   "provider's key from the environment), or pass --api-base for "
                                   "a local server")
+        if self.evaluator is None:
+            _require_gpu()                        # before any folder is made
         created = not run_dir.exists()
         if resume:
             store = RunStore(run_dir)
@@ -175,7 +177,9 @@ class Evolution:
         if self.evaluator is None:
             from evokernel.engine.factory import make_evaluator
             try:
-                self.evaluator = make_evaluator(problem, cfg.evaluation)
+                self.evaluator = make_evaluator(  # a resumed run keeps its compile baseline
+                    problem, cfg.evaluation,
+                    compile_ms=store.compile_baseline_ms() if resume else None)
             except BaseException:
                 _discard_if_empty(store, run_dir, created)
                 raise
@@ -362,6 +366,16 @@ def _rng_state(state: Any) -> tuple[Any, ...]:
     """random.Random state from its JSON form (lists back to tuples)."""
     version, internal, gauss = state
     return (version, tuple(internal), gauss)
+
+
+def _require_gpu() -> None:
+    """Raises NoGPUError when the default evaluator (CudaEvaluator) would find no GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        raise NoGPUError("Evolution's default evaluator (CudaEvaluator) needs a CUDA GPU, and "
+                         "PyTorch sees none here; nothing was created. Pass evaluator=... to run "
+                         "without one (evokernel.demo.fake_evaluator.FakeEvaluator is a "
+                         "demonstration: its numbers are not measurements)")
 
 
 def _discard_if_empty(store: RunStore, run_dir: Path, created: bool) -> None:

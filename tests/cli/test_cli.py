@@ -1,4 +1,5 @@
 """The CLI's argument errors, its no-GPU message, and problem listing."""
+import sqlite3
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ def test_no_command_is_a_usage_error(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["run", "softmax", "--population", "many"], "invalid int value"),
     (["run", "--frobnicate"], "unrecognized arguments"),
-    (["check", "softmax"], "the following arguments are required: kernel"),
+    (["check", "softmax"], "the following arguments are required: KERNEL"),
 ])
 def test_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -84,9 +85,10 @@ def test_check_and_suite_name_bad_flags_before_the_gpu(argv, message, capsys):
 
 
 def test_suite_search_makes_a_search_config_from_its_own_flags():
-    from evokernel.cli.main import _search_config, build_parser
+    from evokernel.cli.main import build_parser
+    from evokernel.cli.options import search_config
     args = build_parser().parse_args(["suite", "softmax", "--search", "--generations", "2"])
-    config = _search_config(args)          # suite has no island or LLM-operator flags
+    config = search_config(args)          # suite has no island or LLM-operator flags
     assert config.generations == 2 and config.islands == 1
 
 
@@ -99,10 +101,36 @@ def test_unreadable_kernel_files(capsys, tmp_path):
     assert "is a folder" in capsys.readouterr().err
 
 
-def test_show_on_a_corrupt_store(capsys, tmp_path):
-    (tmp_path / "run.sqlite").write_bytes(b"this is not sqlite" * 100)
-    assert main(["show", str(tmp_path)]) == 2
-    assert "not a readable run store" in capsys.readouterr().err
+def _foreign_sqlite(db):
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE songs (title TEXT)")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda db: db.write_bytes(b""), "an empty file (0 bytes)"),
+    (_foreign_sqlite, "a SQLite file of another program (tables: songs)"),
+    (lambda db: db.write_bytes(b"this is not sqlite" * 100), "not a readable run store"),
+])
+@pytest.mark.parametrize("command", [["show"], ["report", "-o", "REP"], ["export", "-o", "K.py"],
+                                     ["run", "--resume"]])
+def test_every_reader_refuses_a_store_that_is_not_one(command, spoil, message, capsys, tmp_path):
+    """show, report, export and run --resume: one line naming run.sqlite and what it is, exit
+    status 2, and nothing written anywhere."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    spoil(run / "run.sqlite")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    argv = [a.replace("REP", str(tmp_path / "rep")).replace("K.py", str(tmp_path / "k.py"))
+            for a in command]
+    assert main(argv[:1] + [str(run)] + argv[1:] if command[0] != "run"
+                else argv + [str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'run.sqlite'}:" in err and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
 @pytest.mark.parametrize("flag, value", [("--max-cost-usd", "-5"), ("--max-cost-usd", "nan"),
@@ -121,3 +149,57 @@ def test_listing_into_a_closed_pipe_is_quiet():
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def _subparsers():
+    import argparse
+
+    from evokernel.cli.main import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def test_every_argument_has_one_help_line_with_its_default_once():
+    """Each command's positional arguments and flags have a help text; a flag's default is
+    written once (no "(default 16) (default: 16.0)"), and it is the config's."""
+    from evokernel.config import GateConfig, SearchConfig
+    for name, parser in _subparsers().items():
+        for action in parser._actions:
+            text = action.help or ""
+            assert text.strip(), f"{name} {action.dest}: no help text"
+            assert text.count("(default") <= 1 and "%(default)" not in text, \
+                f"{name} {action.dest}: {text}"
+    run = _subparsers()["run"].format_help()
+    assert f"(default: {GateConfig().tolerance_factor})" in run.replace("\n", " ")
+    assert f"(default: {SearchConfig().population_size})" in " ".join(run.split())
+
+
+def test_flag_defaults_are_the_configs(monkeypatch):
+    """Change a config default and the flag follows it: the CLI reads, never restates."""
+    from evokernel.cli import options
+    from evokernel.cli.main import build_parser
+    from evokernel.config import EvalConfig, SearchConfig
+    args = build_parser().parse_args(["run"])
+    assert options.search_config(args) == SearchConfig()
+    assert options.eval_config(args) == EvalConfig()
+    suite = build_parser().parse_args(["suite", "softmax"])
+    assert options.search_config(suite) == SearchConfig()
+
+
+def test_tolerance_is_an_alias_of_tolerance_factor():
+    from evokernel.cli.main import build_parser
+    for flag in ("--tolerance", "--tolerance-factor"):
+        args = build_parser().parse_args(["check", "softmax", "k.py", flag, "8"])
+        assert args.tolerance_factor == 8.0
+
+
+def test_readme_lists_every_command():
+    from tests.support.scripts import ROOT
+    readme = (ROOT / "README.md").read_text()
+    for name in _subparsers():
+        assert f"evokernel {name}" in readme, name
+    commands = readme[readme.index("## Command line"):readme.index("## Without a GPU")]
+    assert "--build-only [--arch 9.0]" in commands and "[--run]" in commands
+    assert "evokernel bench [--phases cold,warm,fidelity,sequential,faults]" in commands
+    assert "--evaluator fake" in readme and "not measurements" in readme

@@ -110,3 +110,56 @@ def test_headline_through_the_fake_server_and_litellms_http_path(tmp_path):
     assert "fake OpenAI server" in (tmp_path / "summary.md").read_text()
     # resumed with a new server (another port): the finished run is summarized again
     assert headline.main(argv)["problems"][0]["tokens"] == row["tokens"]
+
+
+no_gpu = pytest.mark.skipif(__import__("torch").cuda.is_available(),
+                            reason="checks what happens without a GPU")
+
+
+@no_gpu
+@pytest.mark.parametrize("script, argv", [
+    ("custom_operator", ["custom_operator.py", "layernorm"]),
+    ("mock_llm_search", ["mock_llm_search.py"]),
+    ("headline", ["headline.py", "--mock", "--problems", "softmax"]),
+    ("headline", ["headline.py", "--mock-server"]),
+])
+def test_scripts_without_a_gpu_end_with_one_line_and_create_nothing(script, argv, tmp_path,
+                                                                    monkeypatch, capsys):
+    module = load_experiment(script)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", argv)
+    main = (lambda: module.main(argv[1:])) if script == "headline" else module.main
+    assert common.run_script(script, main) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"{script}: needs a CUDA GPU")
+    assert "nothing was created" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@no_gpu
+def test_a_script_run_without_a_gpu_exits_2(tmp_path):
+    import subprocess
+    from tests.support.scripts import EXPERIMENTS
+    proc = subprocess.run([sys.executable, str(EXPERIMENTS / "headline.py"), "--mock"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("headline: needs a CUDA GPU") and "--evaluator fake" in \
+        proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@no_gpu
+def test_the_readme_python_api_snippet_without_a_gpu_creates_nothing(tmp_path, monkeypatch):
+    """README's first Python block: Evolution.run() raises NoGPUError (its message one line)
+    before any run folder exists."""
+    import re
+
+    from evokernel.errors import NoGPUError
+    from tests.support.scripts import ROOT
+    readme = (ROOT / "README.md").read_text()
+    snippet = re.search(r"## Python API\n\n```python\n(.*?)```", readme, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NoGPUError) as e:
+        exec(compile(snippet, "README.md", "exec"), {})
+    assert "\n" not in str(e.value) and "nothing was created" in str(e.value)
+    assert list(tmp_path.iterdir()) == []

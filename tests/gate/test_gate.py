@@ -124,7 +124,7 @@ class Fn(nn.Module):
         return self.fn(*args)
 
 
-_DETAIL = re.compile(r"on (\w+) seed (\d+): norm ratio (\S+), max ratio (\S+) \(factor 16\)")
+_DETAIL = re.compile(r"on (\w+) seed (\d+): norm ratio (\S+), max ratio (\S+) \(tolerance_factor 16\)")
 
 
 def rejected(outcome, reason):

@@ -109,3 +109,80 @@ def test_export_with_nothing_accepted_fails_cleanly(tmp_path, capsys):
     assert main(["export", str(run), "-o", str(tmp_path / "k.py")]) == 1
     assert "no kernel was accepted" in capsys.readouterr().err
     assert not (tmp_path / "k.py").exists()
+
+
+def _run_below_one(tmp_path, compile_ms=None):
+    """seed 0.5x (generation 0), one idea child 0.8x alone in generation 1, one tune child;
+    the seed timed against ``compile_ms`` and the others against the run's 0.862."""
+    from dataclasses import replace
+
+    from tests.support.runstores import accepted, kernel
+    run = tmp_path / "run"
+    store = RunStore.create(run, RunConfig(run_dir=str(run)),
+                            Problem(name="toy", path=tmp_path / "t.py", source="#\n"))
+    store.set_meta("device", {"device": "Fake GPU", "compile_ms": 0.862})
+    seed = kernel("seed", "seed", operator="seed")
+    child = kernel("child", "unroll", (seed,), generation=1)
+    tuned = kernel("tuned", "BLOCK=512", (seed,), operator="tune", generation=2)
+    for c, ms, cms in ((seed, 4.0, compile_ms or 0.862), (child, 2.5, 0.862),
+                       (tuned, 3.0, 0.862)):
+        store.add_candidate(c)
+        store.add_result(replace(accepted(c, ms), compile_ms=cms))
+    for g, best in ((0, seed), (1, child), (2, tuned)):
+        store.end_generation(g, [best.id], best.id, 2.0 / 4.0, 1, 1)
+    store.close()
+    return run
+
+
+def test_the_1x_line_shows_when_every_speedup_is_below_one(tmp_path):
+    from evokernel.runs.view import load_run
+    view = load_run(_run_below_one(tmp_path))
+    assert max(e.speedup for e in view.entries) < 1
+    for fig in (plots.speedup_figure(view), plots.candidates_figure(view)):
+        ax = fig.axes[0]
+        eager = [ln for ln in ax.get_lines() if ln.get_label() == "PyTorch eager (1x)"]
+        assert len(eager) == 1 and list(eager[0].get_ydata()) == [1.0, 1.0]
+        assert ax.get_ylim()[0] < 0.5 and ax.get_ylim()[1] > 1.0
+
+
+def test_operator_colours_are_the_same_in_every_run(tmp_path):
+    from evokernel.runs.view import load_run
+    a = plots.operator_colors(load_run(_run_below_one(tmp_path)))            # seed, idea, tune
+    other = build_crossover_run(tmp_path / "other")                     # seed, idea, tune, ...
+    b = plots.operator_colors(load_run(tmp_path / "other"))
+    assert list(a) == ["seed", "idea", "tune"] and list(b)[:3] == ["seed", "idea", "tune"]
+    assert all(a[op] == b[op] == plots.OPERATOR_COLORS[op] for op in a)
+    assert b["crossover"] == plots.OPERATOR_COLORS["crossover"] and other
+    assert plots.operator_color("mine") == plots.operator_color("mine") in plots.OTHER_COLORS
+    assert len(set(plots.OPERATOR_COLORS.values())) == len(plots.OPERATOR_COLORS)
+
+
+def test_a_lone_candidates_best_dot_is_drawn_over_its_median(tmp_path):
+    """Generation 1 has one accepted child: its best and median coincide, and the pixel at
+    that point is the best dot's green, not the median marker's orange."""
+    from matplotlib.colors import to_rgb
+
+    from evokernel.runs.view import load_run
+    view = load_run(_run_below_one(tmp_path))
+    fig = plots.speedup_figure(view)
+    path = tmp_path / "s.png"
+    fig.savefig(path, dpi=plots.DPI)
+    ax = fig.axes[0]
+    x, y = ax.transData.transform((1, 0.8))
+    img = imread(path)[..., :3]
+    pixel = img[int(round(img.shape[0] - y)), int(round(x))]
+    assert np.allclose(pixel, to_rgb("tab:green"), atol=0.08), pixel
+
+
+def test_show_and_report_print_the_same_numbers(tmp_path, capsys):
+    """The seed was timed against 0.8527 ms of torch.compile (before a resume), the rest
+    against 0.862: both commands give the seed 0.213x vs torch.compile (0.8527 / 4.0) and say
+    that the run holds two measurements."""
+    run = _run_below_one(tmp_path, compile_ms=0.8527)
+    assert main(["show", str(run)]) == 0
+    shown = capsys.readouterr().out
+    md = write_report(run, tmp_path / "rep").read_text()
+    seed_text = "0.500x vs eager (4.0000 ms), 0.213x vs torch.compile, 1600% of floor"
+    assert seed_text in shown and f"| seed kernel | {seed_text};" in md
+    both = "0.8620 (the last measurement; 1 of 3 candidates timed against 0.8527"
+    assert both in " ".join(shown.split()) and both in md

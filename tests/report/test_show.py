@@ -2,7 +2,6 @@
 written, and one with nothing in it yet. Reading never modifies the run directory."""
 import io
 import re
-import sqlite3
 
 from rich.console import Console
 
@@ -85,11 +84,13 @@ def test_show_reads_a_live_run_while_it_is_written(tmp_path, capsys):
 
 def test_show_a_run_created_a_moment_ago(tmp_path, capsys):
     run = tmp_path / "new"
-    run.mkdir()
-    sqlite3.connect(run / "run.sqlite").close()           # RunStore.create's first step
+    prob = Problem(name="toy", path=tmp_path / "toy.py", source="# reference\n")
+    RunStore.create(run, RunConfig(run_dir=str(run)), prob).close()
+    before = files_state(run)
     assert main(["show", str(run)]) == 0
-    assert "no candidates yet" in capsys.readouterr().out
-    assert sorted(p.name for p in run.iterdir()) == ["run.sqlite"]
+    out = capsys.readouterr().out
+    assert "no candidates yet" in out and "toy" in out
+    assert files_state(run) == before
 
 
 def test_read_only_store_refuses_writes(tmp_path):

@@ -13,7 +13,7 @@ from evokernel.problem import load_problem
 from evokernel.records import EvalResult, Reason, Verdict
 from evokernel.report.suite import (SuiteRow, aggregates, fast_p, geomean_speedup, missing_row,
                              rows_from_checks, to_markdown)
-from evokernel.cli.suite_run import candidate_files, check_all, search_all, suite_problems
+from evokernel.cli.suite import candidate_files, check_all, search_all, suite_problems
 
 H200 = Path(__file__).resolve().parents[2] / "results" / "h200-2026-11-30"
 

@@ -1,5 +1,11 @@
-"""Running a problem set on the GPU for ``evokernel suite``: ``check`` one candidate per problem,
-or ``run`` a search per problem, and turn each outcome into an evokernel.report.suite row.
+"""`evokernel suite`: a problem set checked or searched on the GPU (or read from ``check --json``
+files without one), as one row per problem and KernelBench's fast_p (evokernel.report.suite).
+
+    add_parser(sub)              the `suite` subcommand
+    cmd_suite(args)              build the table and write OUTPUT.md / OUTPUT.json
+    suite_problems(specs)        the problems named by folders, files or built-in names
+    candidate_files(...)         each problem's candidate file
+    check_all(...) / search_all(...)   the rows, checked or searched on the GPU
 
 Problems come from folders (KernelBench's ``level1/...`` layout or ``problems/``), files or
 built-in names. A problem's candidate is, in order: the file named in a JSON mapping
@@ -9,6 +15,7 @@ could not be set up, gets a row that counts as not correct: fast_p is over all p
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -16,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from loguru import logger
 
+from evokernel.cli import options
 from evokernel.config import EvalConfig, RunConfig
 from evokernel.errors import EvokernelError, NoGPUError
 from evokernel.problem import Problem, load_problem, load_problems
@@ -142,3 +150,76 @@ def search_all(problems: Sequence[Problem], config: RunConfig, run_root: Path,
         _, res = result.best
         rows.append(row_from_result(p.name, str(result.best_path or cfg.run_dir), res, device))
     return rows
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add `suite` to the subparsers ``sub``; returns its parser."""
+    su = sub.add_parser("suite", help="check or search a problem set; table with fast_p",
+                        description="One row per problem (correct, speedup vs eager and vs "
+                        "torch.compile, % of floor) and KernelBench's fast_p for p = 0, 1, "
+                        "1.5, 2 over all problems, plus the geometric-mean speedup of the "
+                        "correct kernels. Writes OUTPUT.md and OUTPUT.json.")
+    su.add_argument("problems", metavar="PROBLEM", nargs="*",
+                    help="problem folders (KernelBench level layout or problems/), files, or "
+                         "built-in names")
+    su.add_argument("--kernels", help="candidates: a folder of <problem>.py files or a JSON "
+                    "{problem: file} (none: each problem's seed kernel)")
+    su.add_argument("--search", action="store_true",
+                    help="run a search per problem instead of checking one candidate")
+    su.add_argument("--from-checks", metavar="DIR", help="no GPU: build the table from the "
+                    "check_*.json files in DIR (each file's first kernel)")
+    su.add_argument("-o", "--output", default="suite", help=options.with_default(
+        "output path without suffix (OUTPUT.md, OUTPUT.json)", "suite"))
+    su.add_argument("--title", default="evokernel suite",
+                    help=options.with_default("the table's heading", "evokernel suite"))
+    options.add_llm_arguments(su, budget=" a problem's")
+    options.add_search_arguments(su, branching=False)
+    options.add_eval_arguments(su)
+    su.set_defaults(func=cmd_suite)
+    return su
+
+
+def cmd_suite(args: argparse.Namespace) -> int:
+    """Exit status 0 when the table was written."""
+    from evokernel.report import suite
+    if args.from_checks:
+        if not Path(args.from_checks).is_dir():
+            raise EvokernelError(f"{args.from_checks}: no such folder of check_*.json files")
+        try:
+            rows = suite.rows_from_checks(args.from_checks)
+        except ValueError as e:
+            raise EvokernelError(str(e)) from e
+        if args.problems:   # problems named but never checked count against fast_p
+            have = {r.problem for r in rows}
+            rows += [suite.missing_row(p.name, "no check file")
+                     for p in suite_problems(args.problems) if p.name not in have]
+    else:
+        rows = _suite_on_gpu(args)
+    md, js = suite.write(rows, args.output, title=args.title)
+    print(md.read_text(), end="")
+    print(f"\nwritten: {md} and {js}")
+    return 0
+
+
+def _suite_on_gpu(args: argparse.Namespace) -> list[SuiteRow]:
+    from evokernel.cli.run import run_with_progress
+
+    if not args.problems:
+        raise EvokernelError("suite: name a folder, files or built-in problems "
+                             "(or --from-checks DIR)")
+    problems = suite_problems(args.problems)
+    if args.search:
+        config = RunConfig(search=options.search_config(args),
+                           evaluation=options.eval_config(args), llm=options.llm_config(args))
+        options.require_gpu()
+        base = Path(args.output)
+        run_root = base.parent / f"{base.stem}_runs"
+
+        def run(problem, cfg):
+            resume = (Path(cfg.run_dir) / "run.sqlite").exists()
+            return run_with_progress(problem, cfg, resume=resume, verbose=args.verbose)
+        return search_all(problems, config, run_root, run=run)
+    files = candidate_files(problems, args.kernels)
+    eval_config = options.eval_config(args)
+    options.require_gpu()
+    return check_all(problems, files, eval_config)

@@ -1,0 +1,140 @@
+"""What the CLI's commands share: the flags that map onto the config dataclasses, the configs
+built from them, the GPU check and the logging set-up.
+
+Every flag's default is read from the config dataclass it sets (evokernel.config), so the
+command line and the Python API cannot drift apart; ``with_default`` writes that value into the
+flag's help once. The flag names follow the config's field names (``--tolerance-factor`` sets
+``GateConfig.tolerance_factor``); ``--tolerance`` is kept as an alias of it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from loguru import logger
+
+from evokernel.config import (KNOWN_DISTRIBUTIONS, EvalConfig, GateConfig, LLMConfig, RunConfig,
+                              SearchConfig)
+from evokernel.errors import ConfigError, NoGPUError
+
+GATE, SEARCH, EVAL, RUN = GateConfig(), SearchConfig(), EvalConfig(), RunConfig()
+
+NO_GPU_HELP = (
+    "evokernel: this command needs a CUDA GPU, and PyTorch sees none here.\n"
+    "  Needed: an NVIDIA GPU with a working driver, a CUDA build of PyTorch, and nvcc\n"
+    "  (CUDA_HOME) to build kernels. The project is tuned on an H200 (sm_90).\n"
+    "  What works without a GPU: `make test` (the CPU test suite), `evokernel check\n"
+    "  --build-only` (a kernel file's faults, and its compile), `evokernel problems --run`\n"
+    "  (load and run problem files' set-up on the CPU), `evokernel show`, `report` and\n"
+    "  `export` on a copied run, and `evokernel suite --from-checks DIR`.")
+
+
+def with_default(text: str, value: Any) -> str:
+    """``text`` followed by the flag's default, written once: "... (default: 16.0)"."""
+    return f"{text} (default: {value})"
+
+
+def add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    """The precision gate's and the baseline's flags (EvalConfig, GateConfig)."""
+    p.add_argument("--tolerance-factor", "--tolerance", dest="tolerance_factor", type=float,
+                   default=GATE.tolerance_factor, metavar="F",
+                   help=with_default("gate.tolerance_factor: a candidate's norm-wise and max "
+                                     "element-wise errors may each be at most F times "
+                                     "PyTorch's own FP32 error", GATE.tolerance_factor))
+    p.add_argument("--distributions", default=",".join(GATE.distributions),
+                   help=with_default("input distributions to gate on, comma-separated, from "
+                                     + ",".join(KNOWN_DISTRIBUTIONS),
+                                     ",".join(GATE.distributions)))
+    p.add_argument("--gate-seeds", type=int, default=len(GATE.seeds),
+                   help=with_default("random seeds per distribution", len(GATE.seeds)))
+    p.add_argument("--no-compile-baseline", action="store_true",
+                   help="skip timing torch.compile (saves its compile time)")
+    p.add_argument("--vs-compile", action="store_true",
+                   help="fitness = speedup over torch.compile instead of eager")
+
+
+def add_search_arguments(p: argparse.ArgumentParser, *, branching: bool = True) -> None:
+    """The search's flags (SearchConfig); ``branching``: also the idea operator's k and m and
+    the islands' flags."""
+    p.add_argument("--population", type=int, default=SEARCH.population_size,
+                   help=with_default("population size (DEAP's mu)", SEARCH.population_size))
+    p.add_argument("--offspring", type=int, default=SEARCH.offspring_per_generation,
+                   help=with_default("operator calls per generation (DEAP's lambda)",
+                                     SEARCH.offspring_per_generation))
+    p.add_argument("--generations", type=int, default=SEARCH.generations,
+                   help=with_default("generations to run", SEARCH.generations))
+    p.add_argument("--seed", type=int, default=SEARCH.seed,
+                   help=with_default("the search's RNG seed", SEARCH.seed))
+    if not branching:
+        return
+    p.add_argument("--ideas", type=int, default=SEARCH.ideas_per_call,
+                   help=with_default("ideas per idea call (k)", SEARCH.ideas_per_call))
+    p.add_argument("--implementations", type=int, default=SEARCH.implementations_per_idea,
+                   help=with_default("implementations written per idea (m)",
+                                     SEARCH.implementations_per_idea))
+    p.add_argument("--islands", type=int, default=SEARCH.islands,
+                   help=with_default("populations evolving apart, with ring migration",
+                                     SEARCH.islands))
+    p.add_argument("--migration-interval", type=int, default=SEARCH.migration_interval,
+                   help=with_default("generations between migrations",
+                                     SEARCH.migration_interval))
+    p.add_argument("--migrants", type=int, default=SEARCH.migrants,
+                   help=with_default("best kernels each island sends to the next",
+                                     SEARCH.migrants))
+
+
+def add_llm_arguments(p: argparse.ArgumentParser, *, budget: str = "") -> None:
+    """The LLM's flags (LLMConfig): model, endpoint and the budget (``budget`` says whose)."""
+    p.add_argument("--model", help="litellm model, provider/name (e.g. openai/gpt-5, "
+                   "anthropic/claude-sonnet-4-5, ollama/qwen2.5-coder); none: LLM-free")
+    p.add_argument("--api-base", help="endpoint for local vLLM / Ollama / proxies")
+    p.add_argument("--max-tokens", type=int,
+                   help=f"stop when{budget} LLM tokens exceed this (none: no limit)")
+    p.add_argument("--max-cost-usd", type=float,
+                   help=f"stop when{budget} LLM cost exceeds this many US dollars "
+                        "(none: no limit)")
+
+
+def eval_config(args: argparse.Namespace) -> EvalConfig:
+    """EvalConfig from the flags of ``add_eval_arguments``. Raises: ConfigError naming a bad
+    flag or setting."""
+    if args.gate_seeds < 1:
+        raise ConfigError(f"--gate-seeds must be >= 1, got {args.gate_seeds}")
+    gate = GateConfig(tolerance_factor=args.tolerance_factor,
+                      distributions=tuple(args.distributions.split(",")),
+                      seeds=tuple(range(args.gate_seeds)))
+    return EvalConfig(gate=gate, measure_compile=not args.no_compile_baseline,
+                      baseline="compile" if args.vs_compile else "eager")
+
+
+def search_config(args: argparse.Namespace) -> SearchConfig:
+    """SearchConfig from the flags of ``add_search_arguments``; settings a command has no flag
+    for keep SearchConfig's defaults. Raises: ConfigError naming a bad setting."""
+    optional = {key: getattr(args, flag) for key, flag in (
+        ("islands", "islands"), ("migration_interval", "migration_interval"),
+        ("migrants", "migrants"), ("ideas_per_call", "ideas"),
+        ("implementations_per_idea", "implementations")) if hasattr(args, flag)}
+    return SearchConfig(population_size=args.population, generations=args.generations,
+                        offspring_per_generation=args.offspring, seed=args.seed, **optional)
+
+
+def llm_config(args: argparse.Namespace) -> LLMConfig:
+    """LLMConfig from the flags of ``add_llm_arguments``. Raises: ConfigError."""
+    return LLMConfig(model=args.model, api_base=args.api_base,
+                     max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd)
+
+
+def require_gpu() -> None:
+    """Raises: NoGPUError (with NO_GPU_HELP) when PyTorch sees no CUDA GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        raise NoGPUError(NO_GPU_HELP)
+
+
+def configure_logging(verbose: bool, sink: Any = None) -> None:
+    """Log to stderr (or ``sink``, e.g. a live display's) at INFO, or DEBUG when verbose."""
+    logger.remove()
+    logger.add(sink or sys.stderr, level="DEBUG" if verbose else "INFO",
+               colorize=None if sink is None else True,
+               format="<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> {message}")

@@ -1,0 +1,143 @@
+"""`evokernel run`: a search, or the resumption of a killed one, with the live progress display.
+
+    add_parser(sub)          the `run` subcommand and its flags
+    cmd_run(args)            start (or --resume) a search; prints the best kernel at the end
+    run_with_progress(...)   one search with the progress display (also `suite --search`'s)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from evokernel.cli import options
+from evokernel.errors import EvokernelError
+
+
+def add_arguments(r: argparse.ArgumentParser) -> None:
+    """`run`'s flags, on ``r``."""
+    r.add_argument("problem", metavar="PROBLEM", nargs="?", default=options.RUN.problem,
+                   help=options.with_default("built-in problem name or KernelBench-format "
+                                             "file", options.RUN.problem))
+    options.add_llm_arguments(r)
+    options.add_search_arguments(r)
+    r.add_argument("--seed-kernel", help="seed kernel file (none: seeds/<problem>.py beside "
+                   "the problem)")
+    r.add_argument("--run-dir", help="run directory (none: runs/<problem>-<time>)")
+    r.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a killed run with its stored config.json")
+    options.add_eval_arguments(r)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add `run` to the subparsers ``sub``; returns its parser (other modules add flags)."""
+    r = sub.add_parser("run", help="search for faster kernels",
+                       description="Search for faster kernels of PROBLEM; the run directory "
+                       "keeps every candidate and can be resumed.")
+    add_arguments(r)
+    r.set_defaults(func=cmd_run, parser=r)   # `parser`: flags added later count for --resume
+    return r
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Exit status 0 when a kernel passed the gate, 1 when none did."""
+    from evokernel.config import RunConfig
+    from evokernel.problem import load_problem
+
+    if args.resume:
+        problem, config = _resumed(args)
+    else:
+        problem = load_problem(args.problem, seed=args.seed_kernel)
+        config = RunConfig(problem=str(args.problem), run_dir=args.run_dir,
+                           search=options.search_config(args),
+                           evaluation=options.eval_config(args),
+                           llm=options.llm_config(args))
+    options.require_gpu()   # after the arguments and the problem are known to be good
+    if config.llm.model is None:
+        print("evokernel: no --model given: searching with the LLM-free tune operator only "
+              "(it varies the constants the seed kernel marks with `// tune:`)")
+    result = run_with_progress(problem, config, resume=bool(args.resume),
+                               verbose=args.verbose)
+    print(f"run directory: {result.run_dir}  ({result.stopped})")
+    if result.best is None:
+        print("no kernel passed the gate")
+        return 1
+    cand, res = result.best
+    print(f"best kernel {cand.id} (generation {cand.generation}, {cand.operator}): "
+          f"{res.speedup:.3f}x over eager ({res.reference_ms:.4f} ms -> {res.candidate_ms:.4f} ms)"
+          + (f", {res.compile_speedup:.3f}x over torch.compile" if res.compile_ms else "")
+          + (f", {res.pct_of_floor:.0f}% of floor" if res.pct_of_floor else ""))
+    print(f"exported: {result.best_path}")
+    return 0
+
+
+def _resumed(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The problem and config of the run directory ``args.resume``. Raises: EvokernelError
+    when other run flags are given, or the folder is no run (evokernel.runs.store)."""
+    from evokernel.problem import load_problem
+    from evokernel.runs.store import RunStore
+    given = explicit_run_flags(args)
+    if given:
+        raise EvokernelError(f"--resume continues {args.resume} with its stored config.json;"
+                             f" drop {', '.join(given)} (or start a new run)")
+    store = RunStore(args.resume, read_only=True)
+    try:
+        config, name = store.config(), store.meta()["problem"]["name"]
+    finally:
+        store.close()
+    run_dir = Path(args.resume)
+    seed = run_dir / "seed.py"
+    problem = load_problem(run_dir / "problem.py", seed=seed if seed.is_file() else None)
+    return (dataclasses.replace(problem, name=name),
+            dataclasses.replace(config, run_dir=args.resume))
+
+
+def explicit_run_flags(args: argparse.Namespace) -> list[str]:
+    """The `run` options given on the command line with a value other than their default
+    (every flag of ``args.parser``, the `run` parser, including flags other modules add)."""
+    parser = getattr(args, "parser", None)
+    if parser is None:
+        parser = argparse.ArgumentParser(add_help=False)
+        add_arguments(parser)
+    defaults = vars(parser.parse_args([]))
+    skip = {"resume", "func", "parser", "command", "verbose"}
+    return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
+            for k, v in vars(args).items() if k in defaults and k not in skip
+            and v != defaults[k]]
+
+
+def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool) -> Any:
+    """Run one search with the live progress display (plain lines when stdout is not a
+    terminal); loguru prints above the display while it is live. Returns: the RunResult."""
+    from evokernel.cli.progress import ProgressEvaluator, SearchProgress
+    from evokernel.engine.factory import make_evaluator
+    from evokernel.search.evolution import Evolution
+
+    first, compile_ms = 0, None
+    if resume:             # a resumed run goes on from its last generation, with its baseline
+        from evokernel.runs.store import RunStore
+        store = RunStore(config.run_dir, read_only=True)
+        try:
+            done, compile_ms = store.generations(), store.compile_baseline_ms()
+        finally:
+            store.close()
+        first = done[-1]["generation"] + 1 if done else 0
+    evo: Evolution | None = None
+    progress = SearchProgress(
+        generations=config.search.generations, max_tokens=config.llm.max_total_tokens,
+        max_cost_usd=config.llm.max_cost_usd, baseline=config.evaluation.baseline,
+        usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
+    evaluator = ProgressEvaluator(
+        lambda: make_evaluator(problem, config.evaluation, compile_ms=compile_ms), progress)
+    evo = Evolution(problem, config, evaluator=evaluator,
+                    on_generation=progress.generation_done)
+    try:
+        with progress:
+            if progress.live:
+                options.configure_logging(verbose, sink=progress.log_sink)
+            progress.begin(first)
+            return evo.run(resume=resume)
+    finally:
+        options.configure_logging(verbose)
+        evaluator.close()

@@ -1,0 +1,74 @@
+"""`evokernel show`, `report` and `export`: read one run directory (read-only; no GPU needed).
+
+    add_parsers(sub)   the three subcommands
+    cmd_show, cmd_report, cmd_export
+
+A folder whose run store is missing, empty, foreign or corrupt is refused by evokernel.runs.store
+with a ConfigError naming the file (exit status 2).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from evokernel.errors import EvokernelError
+
+RUN_DIR_HELP = "a run directory (holds run.sqlite and config.json), finished or still running"
+
+
+def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
+    """Add `show`, `report` and `export` to the subparsers ``sub``; returns them by name."""
+    s = sub.add_parser("show", help="summarize a run directory",
+                       description="A run's summary, the best kernel's lineage, its generations "
+                       "and its failures by kind.")
+    s.add_argument("run_dir", metavar="RUN_DIR", help=RUN_DIR_HELP)
+    s.set_defaults(func=cmd_show)
+
+    rp = sub.add_parser("report", help="write a Markdown + HTML report with plots of a run")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help=RUN_DIR_HELP)
+    rp.add_argument("-o", "--output",
+                    help="report folder (none: ./NAME-report, NAME the run folder's name)")
+    rp.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="write a run's best kernel as a candidate file")
+    ex.add_argument("run_dir", metavar="RUN_DIR", help=RUN_DIR_HELP)
+    ex.add_argument("-o", "--output", required=True, help="the kernel file to write")
+    ex.set_defaults(func=cmd_export)
+    return {"show": s, "report": rp, "export": ex}
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from evokernel.report.show import show
+    show(args.run_dir)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from evokernel.report.write import write_report
+    md = write_report(args.run_dir, args.output)
+    print(f"report: {md} and {md.with_suffix('.html')} (plots beside them)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Exit status 0 when a kernel was written, 1 when the run accepted none."""
+    from evokernel.engine.evaluator import static_check
+    from evokernel.records import Candidate
+    from evokernel.runs.store import RunStore
+
+    store = RunStore(args.run_dir, read_only=True)
+    try:
+        out = store.export_best(args.output)
+        problem = store.meta().get("problem", {}).get("name", "PROBLEM")
+    finally:
+        store.close()
+    if out is None:
+        print(f"evokernel: {args.run_dir}: no kernel was accepted, nothing to export",
+              file=sys.stderr)
+        return 1
+    rejected = static_check(Candidate(source=out.read_text()))
+    if rejected is not None:
+        raise EvokernelError(f"{out}: the exported file does not load: {rejected.detail}")
+    print(f"exported: {out}  (check it: evokernel check {problem} {out})")
+    return 0
