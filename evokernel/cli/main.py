@@ -8,6 +8,7 @@
     evokernel export RUN_DIR -o F    write the best kernel as a standalone candidate file
     evokernel suite PROBLEMS...      check or search a problem set; fast_p table
     evokernel bench                  measure the evaluation engine itself
+    evokernel llm import SRC RUN_DIR the batch LLM mode's replies into a run (evokernel.cli.llm)
 
 Exit status: 0 success (check: accepted; export: a kernel was written), 1 a kernel was
 rejected or none was accepted, 2 bad input or machine.
@@ -102,13 +103,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = RunConfig(
             problem=str(args.problem), run_dir=args.run_dir,
             search=_search_config(args), evaluation=_eval_config(args), llm=_llm_config(args))
+    from evokernel.cli.llm import batch_mode, stop_message
+    llm_batch = batch_mode(args, config.llm.model)
     _require_gpu()   # after the arguments and the problem are known to be good
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
     result = _run_with_progress(problem, config, resume=bool(args.resume),
-                                verbose=args.verbose)
+                                verbose=args.verbose, llm_batch=llm_batch)
     print(f"run directory: {result.run_dir}  ({result.stopped})")
+    if result.stopped == "llm_batch":
+        print(stop_message(result.run_dir, llm_batch))
+        return 0
     if result.best is None:
         print("no kernel passed the gate")
         return 1
@@ -124,12 +130,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _explicit_run_flags(args: argparse.Namespace) -> list[str]:
     """The `run` options given on the command line with a value other than their default."""
     defaults = vars(build_parser().parse_args(["run"]))
-    skip = {"resume", "verbose", "func", "command"}
+    from evokernel.cli.llm import RESUME_FLAGS
+    skip = {"resume", "verbose", "func", "command", *RESUME_FLAGS}
     return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
             for k, v in vars(args).items() if k not in skip and v != defaults.get(k)]
 
 
-def _run_with_progress(problem, config, *, resume: bool, verbose: bool):
+def _run_with_progress(problem, config, *, resume: bool, verbose: bool, llm_batch=None):
     """Run one search with the live progress display (plain lines when stdout is not a
     terminal); loguru prints above the display while it is live."""
     from evokernel.engine.evaluator import CudaEvaluator
@@ -143,7 +150,7 @@ def _run_with_progress(problem, config, *, resume: bool, verbose: bool):
         usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
     evaluator = ProgressEvaluator(lambda: CudaEvaluator(problem, config.evaluation), progress)
     evo = Evolution(problem, config, evaluator=evaluator,
-                    on_generation=progress.generation_done)
+                    on_generation=progress.generation_done, llm_batch=llm_batch)
     first = 0
     if resume:
         from evokernel.runs.store import RunStore
@@ -250,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-tokens", type=int, help="stop when LLM tokens exceed this")
     r.add_argument("--max-cost-usd", type=float, help="stop when LLM cost exceeds this")
     eval_args(r)
+    from evokernel.cli.llm import add_llm_command, add_run_flags
+    add_run_flags(r)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="gate and time one kernel file")
@@ -283,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("run_dir")
     ex.add_argument("-o", "--output", required=True, help="the kernel file to write")
     ex.set_defaults(func=cmd_export)
+
+    add_llm_command(sub)
 
     su = sub.add_parser("suite", help="check or search a problem set; table with fast_p",
                         description="One row per problem (correct, speedup vs eager and vs "

@@ -240,13 +240,13 @@ class BatchMode:
             batch_id = open_batch(store, requests)     # submitted before the run was killed
         if batch_id is None:
             export = write_export(store, folder, generation, requests)
-            logger.info("LLM batch: {} requests of generation {} (round {}) written to {}",
+            logger.info("LLM batch: {} request(s) of generation {} (round {}) written to {}",
                         len(requests), generation, export.round, export.path)
             if self.on_export is not None:
                 self.on_export(export)
             if not self.submit:
-                raise LLMPending(f"generation {generation}: {len(requests)} LLM requests "
-                                 f"written to {export.path}; import their replies, then resume")
+                raise LLMPending(f"generation {generation}: {len(requests)} LLM request(s) "
+                                 f"written to {export.path}; import the replies, then resume")
             batch_id = submit_export(export, store, llm)
         wait_and_import(batch_id, store, llm, folder, poll_s=self.poll_s)
         keys = {r.custom_id for r in requests}

@@ -58,26 +58,33 @@ class ImportReport:
     problems: tuple[str, ...]
     pending: tuple[str, ...]
     counted: int = 0
+    batch_folder: Path | None = None     # where the run's requests were written out
 
     def text(self) -> str:
         """The report as printed by ``evokernel llm import``."""
-        lines = [f"imported {len(self.imported)} replies from {self.source} into "
+        lines = [f"imported {_n(len(self.imported), 'reply', 'replies')} from {self.source} into "
                  f"{self.run_dir / 'llm_cache.sqlite'}"
                  + (f" ({self.counted} with tokens counted: the replies carried no usage)"
                     if self.counted else "")]
         if self.already:
-            lines.append(f"{len(self.already)} replies were already imported (unchanged)")
+            lines.append(f"{_n(len(self.already), 'reply was', 'replies were')} already "
+                         "imported (unchanged)")
         if self.problems:
-            lines.append(f"{len(self.problems)} problems (nothing in the cache was overwritten; "
-                         "those requests stay pending):")
+            lines.append(f"{_n(len(self.problems), 'problem', 'problems')} (nothing in the cache "
+                         "was overwritten; those requests stay pending):")
             lines += [f"  {p}" for p in self.problems]
         if self.pending:
             lines.append(f"still pending, no reply yet ({len(self.pending)}):")
             lines += [f"  {p}" for p in self.pending]
-        lines.append(f"next: evokernel run --resume {self.run_dir} --llm-batch DIR "
+        lines.append(f"next: evokernel run --resume {self.run_dir} --llm-batch "
+                     f"{self.batch_folder or 'DIR'} "
                      + ("(writes the pending requests out again)" if self.pending
                         else "(goes on from the cache)"))
         return "\n".join(lines)
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _completion_text(body: Any) -> str | None:
@@ -280,12 +287,15 @@ def import_into(store: Any, cache: ReplyCache, source: Path, *, answered_by: str
     importer = _Importer(store, cache, from_files, problems=problems)
     importer.apply(replies)
     cached = cache.keys()
+    rows = store.llm_requests()
     pending = tuple(f"{r['key']} ({r['purpose']}, generation {r['generation']}"
                     + (f"; {r['detail']}" if r["status"] == "failed" else "") + ")"
-                    for r in store.llm_requests() if r["key"] not in cached)
+                    for r in rows if r["key"] not in cached)
+    latest = max(rows, key=lambda r: r["exported_s"] or 0.0, default=None)
     return ImportReport(source=source, run_dir=store.run_dir, imported=tuple(importer.imported),
                         already=tuple(importer.already), problems=tuple(importer.problems),
-                        pending=pending, counted=importer.counted)
+                        pending=pending, counted=importer.counted,
+                        batch_folder=Path(latest["export"]).parent if latest else None)
 
 
 def import_replies(source: str | Path, run_dir: str | Path, *, answered_by: str | None = None,

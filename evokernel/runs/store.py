@@ -54,6 +54,23 @@ CREATE TABLE IF NOT EXISTS llm_requests (
 #: handed to a batch API, its reply imported, or failed (the batch or the import said why; it is
 #: written out again when the run resumes).
 REQUEST_STATES = ("pending", "submitted", "answered", "failed")
+#: Words that name a stand-in model (experiments' "openai/scripted-mock", the demo server's
+#: "hosted_vllm/scripted-server"): calls recorded before replies carried a ``scripted`` label
+#: are labelled by their model's name.
+STAND_IN_NAMES = ("scripted", "mock", "fake")
+
+
+def legacy_stand_in(call: dict[str, Any]) -> str | None:
+    """The label of a call recorded before the ``scripted`` field existed whose model is named
+    as a stand-in (STAND_IN_NAMES); None for a labelled record or any other model."""
+    if "scripted" in call:
+        return None
+    name = str(call.get("model") or "").rsplit("/", 1)[-1].lower()
+    if any(word in name for word in STAND_IN_NAMES):
+        return f"{call['model']} (a stand-in by its name; recorded before replies were labelled)"
+    return None
+
+
 _REQUEST_FIELDS = ("key", "generation", "purpose", "sample_index", "model", "request", "export",
                    "status", "detail", "batch_id", "attempts", "exported_s", "answered_s")
 
@@ -276,15 +293,16 @@ class RunStore:
         for c in self.llm_calls():
             total["calls"] += 1
             total["cached"] += int(bool(c.get("cached")))
-            if c.get("scripted"):
+            scripted = c.get("scripted") or legacy_stand_in(c)
+            if scripted:
                 total["scripted"] += 1
-                if c["scripted"] not in total["scripted_by"]:
-                    total["scripted_by"].append(c["scripted"])
+                if scripted not in total["scripted_by"]:
+                    total["scripted_by"].append(scripted)
             if c.get("cached") or c.get("error"):
                 continue
             origin = c.get("origin") or "live"
             total["origins"][origin] = total["origins"].get(origin, 0) + 1
-            source = c.get("usage_source") or "provider"
+            source = c.get("usage_source") or ("stand-in" if scripted else "provider")
             total["usage_sources"][source] = total["usage_sources"].get(source, 0) + 1
             if c.get("answered_by") and c["answered_by"] not in total["answered_by"]:
                 total["answered_by"].append(c["answered_by"])
