@@ -53,7 +53,7 @@ def batch_mode(args: argparse.Namespace, model: str | None) -> Any:
                           "requests name the model, and it is part of each reply's cache key")
     if not args.llm_batch_poll_s > 0:
         raise ConfigError(f"--llm-batch-poll-s must be > 0, got {args.llm_batch_poll_s}")
-    from evokernel.llm.batch import BatchMode
+    from evokernel.llm.batch_mode import BatchMode
     return BatchMode(folder=Path(args.llm_batch) if args.llm_batch else None,
                      submit=args.llm_batch_submit, poll_s=args.llm_batch_poll_s)
 

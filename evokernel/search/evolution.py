@@ -13,11 +13,9 @@ generation and re-evaluates nothing (``Evolution.run(resume=True)``). What resum
 with each generation: the surviving population and the RNG state (with islands, the RNG state
 and every island's population, as ``{"rng": state, "islands": [[id, ...], ...]}``).
 
-The batch LLM mode (``Evolution.llm_batch``, evokernel.llm.batch) hooks in after each round of
-operator calls (``_batch_round``): the requests the reply cache could not answer are written out
-and the run stops before that round is evaluated (``RunResult.stopped == "llm_batch"``), or, with
-submission, their replies are fetched and the round is made again. A resumed run re-plans the
-generation from its saved RNG state and makes the same calls, answered from the cache.
+The batch LLM mode (``llm_batch``, evokernel.llm.batch_mode) hooks in after each round of calls
+(``_batch_round``): uncached requests are written out and the run stops before the round is
+evaluated (``stopped == "llm_batch"``); a resume makes the same calls, answered from the cache.
 """
 from __future__ import annotations
 
@@ -112,9 +110,7 @@ class Evolution:
         evaluator: default CudaEvaluator on every visible GPU.
         llm: default an LLMClient from config.llm when a model is set.
         on_generation: called after every generation with its GenerationStats.
-        llm_batch: an evokernel.llm.batch.BatchMode: the requests the reply cache cannot answer
-            are written out for a batch API instead of sent (``--llm-batch``), see the module
-            docstring.
+        llm_batch: an evokernel.llm.batch_mode.BatchMode (``--llm-batch``): see the module doc.
     """
 
     problem: Problem | str
@@ -126,6 +122,7 @@ class Evolution:
     llm: Any = None
     on_generation: Callable[[GenerationStats], None] | None = None
     llm_batch: Any = None
+    _history: list[GenerationStats] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
@@ -194,6 +191,7 @@ class Evolution:
                 raise
         try:
             store.set_meta("device", self.evaluator.info)
+            self._history = []              # this call's generations (_loop appends)
             return self._loop(problem, cfg, store, run_dir)
         except LLMPending as e:        # the batch mode wrote a round's requests out
             return self._stopped_for_batch(run_dir, e)
@@ -211,8 +209,7 @@ class Evolution:
         self._results = store.results()
         rng = random.Random(sc.seed)
         hof = tools.HallOfFame(maxsize=10, similar=lambda a, b: a.candidate.id == b.candidate.id)
-        history: list[GenerationStats] = []
-        self._history = history
+        history: list[GenerationStats] = self._history  # the batch mode's stop returns them
         done = store.generations()
         if done:
             last = done[-1]
@@ -348,7 +345,7 @@ class Evolution:
         accepted = [c for cid, c in self._candidates.items()
                     if cid in self._results and self._results[cid].accepted]
         accepted.sort(key=lambda c: -self._fitness_key(self._results[c.id]))
-        return RunResult(run_dir=run_dir, generations=list(getattr(self, "_history", [])),
+        return RunResult(run_dir=run_dir, generations=list(self._history),
                          hall_of_fame=[(c, self._results[c.id]) for c in accepted[:10]],
                          stopped="llm_batch", best_path=self._store.export_best())
 

@@ -5,7 +5,8 @@ from collections import Counter
 
 from evokernel.config import LLMConfig, RunConfig, SearchConfig
 from evokernel.demo.scripted_llm import scripted_reply
-from evokernel.llm.batch import BatchMode, write_replies
+from evokernel.llm.batch import write_replies
+from evokernel.llm.batch_mode import BatchMode
 from evokernel.llm.batch_import import import_replies
 from evokernel.llm.client import LLMClient
 from evokernel.runs.store import RunStore
