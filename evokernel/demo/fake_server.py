@@ -51,7 +51,8 @@ class FakeOpenAI:
         fail_status: HTTP status of the injected errors (429, 500, 401, ...).
         fail_message: the injected errors' message.
         prompt_tokens, completion_tokens, reasoning_tokens: the usage each reply reports.
-        label: what answers, for the replies' ``system_fingerprint`` (``STAND_IN: label``).
+        label: what answers, for the replies' ``system_fingerprint`` (``STAND_IN: label``);
+            None sends no fingerprint (only for tests of how a model's reply is recorded).
         batch_polls: retrievals of a batch that see it ``in_progress`` before it is answered.
         batch_outcome: the state a batch ends in ("completed", "failed", "expired").
 
@@ -64,7 +65,7 @@ class FakeOpenAI:
                  fail_first: int = 0, fail_status: int = 429,
                  fail_message: str = "injected error",
                  prompt_tokens: int = 100, completion_tokens: int = 50,
-                 reasoning_tokens: int = 0, label: str = "evokernel.demo.fake_server",
+                 reasoning_tokens: int = 0, label: str | None = "evokernel.demo.fake_server",
                  batch_polls: int = 1, batch_outcome: str = "completed") -> None:
         if batch_outcome not in BATCH_ENDS:
             raise ValueError(f"FakeOpenAI: batch_outcome must be one of {BATCH_ENDS}, "
@@ -149,7 +150,7 @@ class FakeOpenAI:
         return 200, {
             "id": f"chatcmpl-fake-{index}", "object": "chat.completion",
             "created": int(time.time()), "model": body.get("model", "fake-model"),
-            "system_fingerprint": f"{STAND_IN}: {self.label}",
+            "system_fingerprint": f"{STAND_IN}: {self.label}" if self.label else None,
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": text}}],
             "usage": usage,

@@ -248,9 +248,9 @@ class _Importer:
             return
         from evokernel.llm.tokens import count_tokens, price_usd
         model = request["model"]
-        if reply.usage is not None:
-            prompt, completion, source = (reply.usage["prompt_tokens"],
-                                          reply.usage["completion_tokens"], "provider")
+        if reply.usage is not None:   # a stand-in's own numbers are placeholders
+            prompt, completion = reply.usage["prompt_tokens"], reply.usage["completion_tokens"]
+            source = "stand-in" if reply.scripted else "provider"
         else:
             prompt, completion = count_tokens(model, request["request"]["messages"], text)
             source = "tokenizer"

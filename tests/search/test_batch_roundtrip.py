@@ -83,3 +83,8 @@ def test_batch_round_trip_gives_the_live_runs_store(tmp_path):
     gen1 = [e for e in exports if e.generation == 1]
     assert len(gen1) >= 2 and [e.round for e in gen1] == list(range(1, len(gen1) + 1))
     assert all(r["status"] == "answered" for r in batch.llm_requests())
+    # the script's failures went through too: replies without code, broken builds, repairs
+    reasons = {r.reason.value for r in batch.results().values()}
+    assert {"ok", "no_code", "build_error"} <= reasons
+    assert "repair" in {c.operator for c in batch.candidates().values()}
+    assert {r["purpose"] for r in batch.llm_requests()} >= {"ideas", "implement", "repair"}
