@@ -150,7 +150,8 @@ def _run_with_progress(problem, config, *, resume: bool, verbose: bool, llm_batc
         usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
     evaluator = ProgressEvaluator(lambda: CudaEvaluator(problem, config.evaluation), progress)
     evo = Evolution(problem, config, evaluator=evaluator,
-                    on_generation=progress.generation_done, llm_batch=llm_batch)
+                    on_generation=progress.generation_done)
+    evo.llm_batch = llm_batch            # --llm-batch (evokernel.cli.llm)
     first = 0
     if resume:
         from evokernel.runs.store import RunStore

@@ -154,12 +154,11 @@ def write_export(store: Any, folder: Path, generation: int,
     folder = Path(folder)
     (folder / "requests").mkdir(parents=True, exist_ok=True)
     (folder / "replies").mkdir(exist_ok=True)
-    earlier = {r["export"] for r in store.llm_requests() if r["generation"] == generation}
-    round_ = len(earlier) + 1
-    path = folder / f"{store.run_dir.name}-g{generation:03d}-r{round_:02d}.jsonl"
-    while str(path) in earlier:    # the same folder named differently on an earlier export
-        round_ += 1
-        path = folder / f"{store.run_dir.name}-g{generation:03d}-r{round_:02d}.jsonl"
+    stem = f"{store.run_dir.name}-g{generation:03d}-r"
+    rounds = [int(f.name[len(stem):-6]) for f in folder.glob(f"{stem}*.jsonl")
+              if f.name[len(stem):-6].isdigit()]
+    round_ = max(rounds, default=0) + 1         # never overwrites an earlier round's file
+    path = folder / f"{stem}{round_:02d}.jsonl"
     for r in requests:
         _write_text(folder / "requests" / f"{r.custom_id}.json",
                     json.dumps(r.request_file(), indent=1, ensure_ascii=False) + "\n")

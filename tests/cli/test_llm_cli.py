@@ -14,9 +14,17 @@ from evokernel.runs.store import RunStore
 
 @pytest.fixture
 def no_gpu_needed(monkeypatch):
+    import importlib
+
     import evokernel.engine.evaluator as evaluator
     monkeypatch.setattr(cli, "_require_gpu", lambda: None)
-    monkeypatch.setattr(evaluator, "CudaEvaluator", lambda problem, cfg: FakeEvaluator(problem))
+    fake = lambda problem, cfg, *args, **kwargs: FakeEvaluator(problem)   # noqa: E731
+    monkeypatch.setattr(evaluator, "CudaEvaluator", fake)
+    try:                    # where the run builds its evaluator once engine/factory.py exists
+        factory = importlib.import_module("evokernel.engine.factory")
+    except ImportError:
+        return
+    monkeypatch.setattr(factory, "make_evaluator", fake)
 
 
 RUN = ["run", "softmax", "--model", "openai/frontier-stand-in", "--generations", "1",
