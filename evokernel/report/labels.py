@@ -56,6 +56,19 @@ def scripted_note(usage: dict[str, Any]) -> str | None:
             "not a model: the ideas and kernels they gave are not a model's")
 
 
+def batch_line(usage: dict[str, Any], run_dir: Any) -> str | None:
+    """The batch mode's state ("4 of 12 requests wait for replies: evokernel llm pending
+    RUN_DIR"); None for a run that never used it."""
+    total = usage.get("batch_requests") or 0
+    if not total:
+        return None
+    waiting = usage.get("batch_waiting") or 0
+    if not waiting:
+        return f"{total} requests written out, every reply imported"
+    return (f"{waiting} of {total} requests written out wait for replies (evokernel llm "
+            f"pending {run_dir})")
+
+
 def answered_by_line(usage: dict[str, Any]) -> str | None:
     """Who answered the imported replies, as recorded at import; None when none were named."""
     names = usage.get("answered_by") or []

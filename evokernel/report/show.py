@@ -13,7 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evokernel.report.labels import answered_by_line, llm_line, scripted_note
+from evokernel.report.labels import answered_by_line, batch_line, llm_line, scripted_note
 from evokernel.runs.view import Entry, RunView, age_text, fmt_ms, fmt_x, lineage_rows
 
 
@@ -82,6 +82,8 @@ def summary(view: RunView, relative: bool = True) -> Table:
         row("LLM", line)
     if answered_by_line(u):
         row("answered by", answered_by_line(u))
+    if batch_line(u, view.run_dir):
+        row("LLM batch", batch_line(u, view.run_dir))
     note = scripted_note(u)
     if note:
         t.add_row(Text("scripted", style="bold red"), Text(note, style="bold red"))

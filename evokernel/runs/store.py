@@ -285,11 +285,16 @@ class RunStore:
         hits (``cached``); where the tokens came from (``usage_sources``: {"provider" or
         "tokenizer": calls}, over the calls that count tokens); ``origins`` ({"live" or
         "batch": calls}); ``scripted`` (how many calls a stand-in answered, replays included)
-        and ``scripted_by`` (their labels); ``answered_by`` (who answered imported replies)."""
+        and ``scripted_by`` (their labels); ``answered_by`` (who answered imported replies);
+        ``batch_requests`` and ``batch_waiting``: the batch mode's requests, and those without
+        an imported reply yet."""
         total: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
                                  "reasoning_tokens": 0, "cost_usd": 0.0, "cached": 0,
                                  "usage_sources": {}, "origins": {}, "scripted": 0,
                                  "scripted_by": [], "answered_by": []}
+        states = [s for (s,) in self._rows("SELECT status FROM llm_requests")]
+        total["batch_requests"] = len(states)
+        total["batch_waiting"] = sum(s != "answered" for s in states)
         for c in self.llm_calls():
             total["calls"] += 1
             total["cached"] += int(bool(c.get("cached")))

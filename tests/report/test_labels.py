@@ -73,6 +73,20 @@ def test_imported_replies_say_who_answered_and_that_tokens_were_counted(tmp_path
     assert "2 replies imported from the batch mode" in text
     assert "answered by claude-opus-x (fresh context, no tools)" in text
     assert "SCRIPTED" not in text
+    assert "LLM batch" not in text                  # no request rows: the mode was not used
+
+
+def test_show_says_how_many_batch_requests_wait(tmp_path):
+    run = run_with_calls(tmp_path)
+    store = RunStore(run)
+    store.add_llm_requests(2, "b/run-g002-r01.jsonl", [
+        {"key": k, "purpose": "implement", "sample_index": 0, "model": "openai/gpt-5",
+         "request": {"messages": []}} for k in ("a" * 64, "b" * 64, "c" * 64)])
+    store.set_llm_request("a" * 64, "answered")
+    store.close()
+    text = flat(shown(run, width=200))
+    assert f"LLM batch 2 of 3 requests written out wait for replies (evokernel llm pending " \
+           f"{run})" in text
 
 
 def test_calls_recorded_before_labels_are_recognised_by_a_stand_in_models_name():
