@@ -9,6 +9,7 @@
     evokernel export RUN_DIR -o F        write the best kernel as a standalone candidate file
     evokernel suite PROBLEM...           check or search a problem set; fast_p table
     evokernel bench                      measure the evaluation engine itself
+    evokernel llm import SRC RUN_DIR     the batch LLM mode's replies into a run
 
 Exit status: 0 success (check: accepted; export: a kernel was written), 1 a kernel was
 rejected or none was accepted (problems: a bad file), 2 bad input or machine.
@@ -48,10 +49,18 @@ def _one(name: str, add: Callable[[Any], argparse.ArgumentParser]
 #: Each entry is called as ``entry(sub, parsers)``: it adds its subcommands to ``sub`` (the
 #: subparsers) and returns their parsers by name; ``parsers`` holds those of the entries
 #: before it, so an entry may also add flags to one (``parsers["run"].add_argument(...)``).
+def _llm(sub: Any, parsers: Parsers) -> Parsers:
+    """`evokernel llm import/pending`, and the batch mode's flags on `run`."""
+    from evokernel.cli.llm import add_llm_command, add_run_flags
+    add_run_flags(parsers["run"])
+    add_llm_command(sub)
+    return {}
+
+
 COMMANDS: list[Callable[[Any, Parsers], Parsers]] = [
     _one("run", run.add_parser), _one("check", check.add_parser),
     _one("problems", problems.add_parser), _bench,
-    lambda sub, parsers: rundir.add_parsers(sub), _one("suite", suite.add_parser),
+    lambda sub, parsers: rundir.add_parsers(sub), _one("suite", suite.add_parser), _llm,
 ]
 
 

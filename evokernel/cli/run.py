@@ -53,13 +53,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                            search=options.search_config(args),
                            evaluation=options.eval_config(args),
                            llm=options.llm_config(args))
+    from evokernel.cli.llm import batch_mode, stop_message
+    llm_batch = batch_mode(args, config.llm.model)
     options.require_gpu()   # after the arguments and the problem are known to be good
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
     result = run_with_progress(problem, config, resume=bool(args.resume),
-                               verbose=args.verbose)
+                               verbose=args.verbose, llm_batch=llm_batch)
     print(f"run directory: {result.run_dir}  ({result.stopped})")
+    if result.stopped == "llm_batch":
+        print(stop_message(result.run_dir, llm_batch))
+        return 0
     if result.best is None:
         print("no kernel passed the gate")
         return 1
@@ -101,15 +106,18 @@ def explicit_run_flags(args: argparse.Namespace) -> list[str]:
         parser = argparse.ArgumentParser(add_help=False)
         add_arguments(parser)
     defaults = vars(parser.parse_args([]))
-    skip = {"resume", "func", "parser", "command", "verbose"}
+    from evokernel.cli.llm import RESUME_FLAGS
+    skip = {"resume", "func", "parser", "command", "verbose", *RESUME_FLAGS}
     return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
             for k, v in vars(args).items() if k in defaults and k not in skip
             and v != defaults[k]]
 
 
-def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool) -> Any:
+def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool,
+                      llm_batch: Any = None) -> Any:
     """Run one search with the live progress display (plain lines when stdout is not a
-    terminal); loguru prints above the display while it is live. Returns: the RunResult."""
+    terminal); loguru prints above the display while it is live. ``llm_batch``: the batch LLM
+    mode (evokernel.cli.llm.batch_mode), or None. Returns: the RunResult."""
     from evokernel.cli.progress import ProgressEvaluator, SearchProgress
     from evokernel.engine.factory import make_evaluator
     from evokernel.search.evolution import Evolution
@@ -132,6 +140,7 @@ def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool)
         lambda: make_evaluator(problem, config.evaluation, compile_ms=compile_ms), progress)
     evo = Evolution(problem, config, evaluator=evaluator,
                     on_generation=progress.generation_done)
+    evo.llm_batch = llm_batch            # --llm-batch (evokernel.cli.llm)
     try:
         with progress:
             if progress.live:

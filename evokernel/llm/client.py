@@ -1,4 +1,4 @@
-"""LLM access through litellm: the only module that imports litellm, and only when a call is made.
+"""LLM access through litellm, imported only when a call is made (evokernel.llm.retry).
 
 One call shape for every provider (``litellm.completion(model="provider/name", ...)``), with:
 - an optional weighted ensemble (``LLMConfig.models``), the model picked per request by an RNG
@@ -7,7 +7,16 @@ One call shape for every provider (``litellm.completion(model="provider/name", .
 - retries with exponential backoff (tenacity) on 429, 5xx, connection errors and timeouts, and
   none on a context-window overflow, authentication or other 4xx errors;
 - a hard per-call timeout, enforced even when a provider ignores litellm's ``timeout=``;
-- token and cost accounting per call, reported through ``on_usage`` and summed in ``usage``;
+- token and cost accounting per call, reported through ``on_usage`` and summed in ``usage``:
+  the reply's usage, or tokens counted with a tokenizer when it has none (evokernel.llm.tokens),
+  recorded as ``usage_source`` ("provider", "tokenizer", or "stand-in" for a mock's or the fake
+  server's placeholder numbers);
+- stand-ins labelled: a reply from litellm's ``mock_response`` or from the demo fake server
+  (its ``system_fingerprint`` starts with ``evokernel-stand-in``) is recorded with ``scripted``
+  naming what wrote it, through the cache too, so it is never shown as a model's reply;
+- the batch mode (``batch``, evokernel.llm.batch): a request whose reply is not cached is queued
+  for a batch API instead of being sent, and ``complete`` raises LLMPending; an imported reply is
+  recorded as the call (with its tokens) the first time it is used;
 - a token / cost budget (``budget_exceeded()``; ``complete()`` refuses to send once over it);
 - a sqlite reply cache keyed by the request, so a re-run replays exactly with zero requests
   (``LLMReply``, ``request_key`` and ``ReplyCache`` live in ``evokernel.llm.cache``, which does
@@ -23,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import threading
 import time
@@ -34,10 +42,14 @@ from typing import Any, Callable, Mapping
 from loguru import logger
 
 from evokernel.config import LLMConfig
-from evokernel.errors import BudgetExceeded, LLMError
-from evokernel.llm.cache import LLMReply, ReplyCache, request_key
+from evokernel.errors import BudgetExceeded, LLMError, LLMPending
+from evokernel.llm.batch import BatchQueue, BatchRequest
+from evokernel.llm.cache import STAND_IN, LLMReply, ReplyCache, mock_label, request_key
+from evokernel.llm.retry import HardTimeout, is_retryable, load_litellm, retry_after_s
+from evokernel.llm.tokens import reply_usage
 
-__all__ = ["LLMClient", "LLMReply", "MockResponse", "ReplyCache", "is_retryable", "request_key"]
+__all__ = ["LLMClient", "LLMReply", "MockResponse", "ReplyCache", "STAND_IN", "is_retryable",
+           "mock_label", "request_key"]
 
 MockResponse = str | Callable[[list[dict]], str]
 
@@ -49,48 +61,6 @@ class _Flight:
     done: threading.Event = field(default_factory=threading.Event)
     reply: LLMReply | None = None
     error: BaseException | None = None
-
-
-class _HardTimeout(Exception):
-    """The provider did not answer within timeout_s (our own deadline, retried like a Timeout)."""
-
-
-def _litellm() -> Any:
-    # litellm fetches its model-cost map from the network at import unless told to use the copy
-    # it ships; use that copy (costs stay reproducible, and offline machines do not stall).
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm  # lazy: importing litellm takes seconds; `import evokernel` must not
-    litellm.suppress_debug_info = True
-    return litellm
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """Whether a failed call is worth retrying: 429, 5xx, connection errors and timeouts are;
-    a context-window overflow, authentication, bad requests and other 4xx errors are not."""
-    if isinstance(exc, _HardTimeout):
-        return True
-    litellm = _litellm()
-    never = (litellm.ContextWindowExceededError, litellm.AuthenticationError,
-             litellm.BadRequestError, litellm.NotFoundError, litellm.PermissionDeniedError,
-             litellm.UnprocessableEntityError)
-    if isinstance(exc, never):
-        return False
-    always = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
-              litellm.InternalServerError, litellm.ServiceUnavailableError,
-              litellm.BadGatewayError)
-    if isinstance(exc, always):
-        return True
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and (status >= 500 or status in (408, 429))
-
-
-def _retry_after_s(exc: BaseException | None) -> float:
-    """The server's Retry-After header in seconds, or 0.0 when absent or unreadable."""
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    try:
-        return max(0.0, float(headers.get("retry-after", 0.0)))
-    except (TypeError, ValueError, AttributeError):
-        return 0.0
 
 
 class LLMClient:
@@ -108,8 +78,11 @@ class LLMClient:
         backoff_initial_s, backoff_max_s: exponential backoff between retries (the first wait,
             doubling, capped), plus up to ``backoff_initial_s`` of jitter; a server's
             Retry-After is honoured up to the cap.
+        batch: the batch mode's queue (evokernel.llm.batch.BatchQueue): cache misses are queued
+            there, not sent, and raise LLMPending. Needs ``cache_path`` (replies are imported
+            into the cache). May also be set later as ``client.batch``.
     Raises:
-        ValueError: no model configured, or bad backoff values.
+        ValueError: no model configured, bad backoff values, or ``batch`` without a cache.
 
     ``spent`` (tokens and cost_usd already spent, e.g. RunStore.llm_usage() of a resumed run)
     counts towards the budget, so a resumed run stops where the uninterrupted one would.
@@ -119,7 +92,11 @@ class LLMClient:
                  on_usage: Callable[[dict], None] | None = None,
                  mock_response: MockResponse | None = None,
                  backoff_initial_s: float = 1.0, backoff_max_s: float = 60.0,
-                 spent: Mapping[str, float] | None = None) -> None:
+                 spent: Mapping[str, float] | None = None,
+                 batch: BatchQueue | None = None) -> None:
+        if batch is not None and cache_path is None:
+            raise ValueError("LLMClient: the batch mode needs a cache_path (replies are imported "
+                             "into the reply cache)")
         if config.model is None and not config.models:
             raise ValueError("LLMClient: LLMConfig.model (or models) must name a litellm model")
         if not 0 <= backoff_initial_s <= backoff_max_s:
@@ -128,6 +105,7 @@ class LLMClient:
         self.cache = ReplyCache(cache_path) if cache_path is not None else None
         self.on_usage = on_usage
         self.mock_response = mock_response
+        self.batch = batch
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._semaphore = threading.Semaphore(config.max_concurrency)
@@ -170,7 +148,7 @@ class LLMClient:
         missing: list[str] = []
         for model in models:
             try:
-                found = _litellm().validate_environment(model=model)
+                found = load_litellm().validate_environment(model=model)
             except Exception:  # an unknown provider: let the first call report it
                 continue
             missing += [k for k in found.get("missing_keys", []) if k not in missing]
@@ -198,7 +176,10 @@ class LLMClient:
         Returns: the LLMReply.
         Raises:
             BudgetExceeded: the budget is already spent (nothing is sent).
-            LLMError: the call failed for good (after retries, or with a non-retried error).
+            LLMPending: batch mode, and the reply is not in the cache: the request was queued
+                (``self.batch``), not sent.
+            LLMError: the call failed for good (after retries, with a non-retried error, or, in
+                the batch mode, as the batch reported it).
             ValueError: malformed messages.
         """
         if not messages or not all(isinstance(m, dict) and "role" in m and "content" in m
@@ -217,7 +198,7 @@ class LLMClient:
         if not leader:  # the same request is in flight: its reply is this one's, as in a replay
             flight.done.wait()
             if flight.reply is not None:
-                return self._replayed(flight.reply, purpose, sample_index, start)
+                return self._replayed(flight.reply, purpose, sample_index, start, key)
             error = flight.error
             if isinstance(error, LLMError):
                 raise type(error)(str(error)) from error
@@ -237,13 +218,13 @@ class LLMClient:
     # -- internals ---------------------------------------------------------------------------
 
     def _replayed(self, reply: LLMReply, purpose: str, sample_index: int,
-                  start: float) -> LLMReply:
+                  start: float, key: str | None = None) -> LLMReply:
         """``reply`` as a cache hit: no tokens, no cost; counted and reported."""
         reply = replace(reply, prompt_tokens=0, completion_tokens=0, reasoning_tokens=0,
                         cost_usd=0.0, cached=True, latency_s=time.perf_counter() - start)
         with self._lock:
             self._totals["cache_hits"] += 1
-        self._report(reply, purpose, sample_index, attempts=0, error=None)
+        self._report(reply, purpose, sample_index, attempts=0, error=None, key=key)
         return reply
 
     def _complete(self, messages: list[dict], model: str, key: str, purpose: str,
@@ -253,13 +234,24 @@ class LLMClient:
         cfg = self.config
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None:
-            reply = LLMReply(text=hit["text"], model=hit["model"], prompt_tokens=0,
-                             completion_tokens=0, reasoning_tokens=0, cost_usd=0.0, cached=True,
-                             latency_s=0.0)
-            return self._replayed(reply, purpose, sample_index, start)
+            reply = LLMReply(text=hit["text"], model=hit["model"] or model,
+                             prompt_tokens=int(hit["prompt_tokens"] or 0),
+                             completion_tokens=int(hit["completion_tokens"] or 0),
+                             reasoning_tokens=int(hit["reasoning_tokens"] or 0),
+                             cost_usd=float(hit["cost_usd"] or 0.0), cached=False,
+                             latency_s=time.perf_counter() - start,
+                             usage_source=hit["usage_source"], scripted=hit["scripted"],
+                             origin=hit["origin"], answered_by=hit["answered_by"])
+            if hit["unbilled"] and self.cache.claim(key):   # an imported reply's first use
+                self._count(reply)
+                self._report(reply, purpose, sample_index, attempts=0, error=None, key=key)
+                return reply
+            return self._replayed(reply, purpose, sample_index, start, key)
         if self.budget_exceeded():
             raise BudgetExceeded(f"{purpose}: LLM budget spent ({self._budget_text()}); "
                                  "not sending")
+        if self.batch is not None:
+            return self._queue(messages, model, key, purpose, sample_index)
         attempts = [0]
         try:
             response = self._call_with_retries(model, messages, purpose, attempts)
@@ -269,11 +261,19 @@ class LLMClient:
             with self._lock:
                 self._totals["errors"] += 1
                 self.last_error = error
-            self._report(failed, purpose, sample_index, attempts=attempts[0], error=error)
-            if isinstance(e, _HardTimeout):
+            self._report(failed, purpose, sample_index, attempts=attempts[0], error=error,
+                         key=key)
+            if isinstance(e, HardTimeout):
                 error = f"no reply within timeout_s={cfg.timeout_s}"
             raise LLMError(f"{purpose}: {model}: {error} (after {attempts[0]} attempt(s))") from e
-        reply = self._reply_from(response, model, time.perf_counter() - start)
+        reply = self._reply_from(response, model, messages, time.perf_counter() - start)
+        self._count(reply)
+        if self.cache is not None:
+            self.cache.put(key, reply)
+        self._report(reply, purpose, sample_index, attempts=attempts[0], error=None, key=key)
+        return reply
+
+    def _count(self, reply: LLMReply) -> None:
         with self._lock:
             t = self._totals
             t["calls"] += 1
@@ -281,10 +281,26 @@ class LLMClient:
             t["completion_tokens"] += reply.completion_tokens
             t["reasoning_tokens"] += reply.reasoning_tokens
             t["cost_usd"] += reply.cost_usd
-        if self.cache is not None:
-            self.cache.put(key, reply)
-        self._report(reply, purpose, sample_index, attempts=attempts[0], error=None)
-        return reply
+
+    def _queue(self, messages: list[dict], model: str, key: str, purpose: str,
+               sample_index: int) -> LLMReply:
+        """The batch mode's cache miss: raise the batch's error for a request it failed for
+        good, else queue the request and raise LLMPending."""
+        assert self.batch is not None
+        failed = self.batch.failure(key)
+        if failed is not None:
+            with self._lock:
+                self._totals["errors"] += 1
+                self.last_error = failed
+            self._report(LLMReply("", model, 0, 0, 0, 0.0, False, 0.0, origin="batch"), purpose,
+                         sample_index, attempts=0, error=failed, key=key)
+            raise LLMError(f"{purpose}: {model}: the batch failed this request: {failed}")
+        cfg = self.config
+        self.batch.add(BatchRequest(custom_id=key, model=model, messages=messages,
+                                    temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                                    purpose=purpose, sample_index=sample_index))
+        raise LLMPending(f"{purpose}: request {key[:12]} queued for the LLM batch (not sent; "
+                         "waiting for its reply, not an error)")
 
     def _budget_text(self) -> str:
         u = self.usage
@@ -301,7 +317,7 @@ class LLMClient:
                        self.backoff_initial_s * 2.0 ** (state.attempt_number - 1))
             base += self._jitter.uniform(0.0, self.backoff_initial_s)
             exc = state.outcome.exception() if state.outcome else None
-            return min(self.backoff_max_s, max(base, _retry_after_s(exc)))
+            return min(self.backoff_max_s, max(base, retry_after_s(exc)))
 
         def before_sleep(state: Any) -> None:
             with self._lock:
@@ -322,7 +338,7 @@ class LLMClient:
 
     def _attempt(self, model: str, messages: list[dict]) -> Any:
         """One request in a worker thread; stop waiting after timeout_s (hard deadline)."""
-        litellm = _litellm()
+        litellm = load_litellm()
         cfg = self.config
         kwargs: dict[str, Any] = {"model": model, "messages": messages,
                                   "temperature": cfg.temperature, "timeout": cfg.timeout_s,
@@ -349,33 +365,32 @@ class LLMClient:
             # A daemon thread, not a pool: an abandoned hung call must not block exit.
             threading.Thread(target=work, name="evokernel-llm", daemon=True).start()
             if not done.wait(cfg.timeout_s):
-                raise _HardTimeout(f"{model}: no reply within {cfg.timeout_s} s")
+                raise HardTimeout(f"{model}: no reply within {cfg.timeout_s} s")
         if "error" in box:
             raise box["error"]
         return box["response"]
 
-    def _reply_from(self, response: Any, model: str, latency_s: float) -> LLMReply:
-        try:
-            text = response.choices[0].message.content or ""
-        except (AttributeError, IndexError, TypeError):
-            text = ""
-        usage = getattr(response, "usage", None)
-        details = getattr(usage, "completion_tokens_details", None)
-        cost = 0.0
-        try:
-            cost = float(_litellm().completion_cost(completion_response=response) or 0.0)
-        except Exception:  # unknown model or price: cost unknown, counted as 0.0
-            if model not in self._unpriced:
-                self._unpriced.add(model)
-                logger.info("LLM {}: litellm knows no price; its cost is counted as 0.0", model)
-        return LLMReply(text=text, model=model,
-                        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-                        reasoning_tokens=int(getattr(details, "reasoning_tokens", 0) or 0),
-                        cost_usd=cost, cached=False, latency_s=latency_s)
+    def _reply_from(self, response: Any, model: str, messages: list[dict],
+                    latency_s: float) -> LLMReply:
+        """The LLMReply of a litellm response (evokernel.llm.tokens.reply_usage), with the
+        stand-in label when a mock or the demo fake server wrote it."""
+        fingerprint = str(getattr(response, "system_fingerprint", None) or "")
+        scripted = mock_label(self.mock_response) if self.mock_response is not None else \
+            fingerprint if fingerprint.startswith(STAND_IN) else None
+        usage = reply_usage(response, model, messages)
+        # a stand-in's own numbers are placeholders (litellm's mock: 10 + 20 whatever the text)
+        source = "stand-in" if scripted and usage.source == "provider" else usage.source
+        if usage.cost_usd == 0.0 and model not in self._unpriced:
+            self._unpriced.add(model)
+            logger.info("LLM {}: litellm knows no price; its cost is counted as 0.0", model)
+        return LLMReply(text=usage.text, model=model, prompt_tokens=usage.prompt_tokens,
+                        completion_tokens=usage.completion_tokens,
+                        reasoning_tokens=usage.reasoning_tokens, cost_usd=usage.cost_usd,
+                        cached=False, latency_s=latency_s, usage_source=source,
+                        scripted=scripted)
 
     def _report(self, reply: LLMReply, purpose: str, sample_index: int, *, attempts: int,
-                error: str | None) -> None:
+                error: str | None, key: str | None = None) -> None:
         if self.on_usage is None:
             return
         record = {"purpose": purpose, "model": reply.model, "sample_index": sample_index,
@@ -383,7 +398,9 @@ class LLMClient:
                   "completion_tokens": reply.completion_tokens,
                   "reasoning_tokens": reply.reasoning_tokens, "cost_usd": reply.cost_usd,
                   "cached": reply.cached, "latency_s": reply.latency_s, "attempts": attempts,
-                  "error": error}
+                  "error": error, "key": key, "usage_source": reply.usage_source,
+                  "scripted": reply.scripted, "origin": reply.origin,
+                  "answered_by": reply.answered_by}
         try:
             self.on_usage(record)
         except Exception:  # a broken recorder must not lose the reply

@@ -239,7 +239,9 @@ def lineage(view: RunView, path: Path) -> Path:
     fig = _figure(lineage_px(len(layers)))
     ax = fig.add_axes((0.0, 0.0, 1.0, 0.94))
     ax.set_axis_off()
-    fig.suptitle(_title(view, "lineage of the best kernel"), fontsize=12)
+    scripted = " (ideas from scripted replies, not a model's)" if view.llm_usage.get("scripted") \
+        else ""
+    fig.suptitle(_title(view, "lineage of the best kernel" + scripted), fontsize=12)
     if not nodes:
         ax.text(0.5, 0.5, "no accepted kernel yet", ha="center", va="center", fontsize=14)
         return _save(fig, path)

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from evokernel.report.labels import answered_by_line, batch_line, llm_line, scripted_note
 from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, fmt_x,
                                  kernel_text, lineage_rows)
 
@@ -58,10 +59,16 @@ def summary(view: RunView, relative: bool = True) -> Table:
     row("candidates", f"{len(status)}: {n_ok} accepted, {len(status) - n_ok - n_pending} "
                       f"rejected, {n_pending} pending; operators: {ops or '-'}")
     u = view.llm_usage
-    if u.get("calls"):
-        row("LLM", f"{u['calls']} calls ({u['cached']} from the replay cache), "
-                   f"{u['prompt_tokens']:,} prompt + {u['completion_tokens']:,} completion "
-                   f"tokens, ${u['cost_usd']:.4f}")
+    line = llm_line(u)
+    if line:
+        row("LLM", line)
+    if answered_by_line(u):
+        row("answered by", answered_by_line(u))
+    if batch_line(u, view.run_dir):
+        row("LLM batch", batch_line(u, view.run_dir))
+    note = scripted_note(u)
+    if note:
+        t.add_row(Text("scripted", style="bold red"), Text(note, style="bold red"))
     return t
 
 
@@ -74,6 +81,8 @@ def lineage_table(view: RunView, width: int = 120) -> Table | Text:
     names = list(rows[0])
     header = {n: n.replace(" ", "\n") if n in ("vs parent", "norm ratio", "max ratio") else n
               for n in names}
+    scripted = bool(view.llm_usage.get("scripted"))
+    header["idea"] = "idea*" if scripted else "idea"
 
     def fixed(cols: list[str]) -> int:   # all but the idea, with 3 spaces between, 2 per edge
         return sum(max(len(r[n]) for r in rows + [{n: w for w in header[n].split("\n")}])
@@ -83,8 +92,9 @@ def lineage_table(view: RunView, width: int = 120) -> Table | Text:
             break
         names.remove(optional)
     idea_width = max(12, min(width - fixed(names), max(len(r["idea"]) for r in rows)))
-    t = Table(box=box.SIMPLE_HEAD, title="lineage of the best kernel (seed first)",
-              title_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, title="lineage of the best kernel (seed first)" + (
+        "; idea*: from scripted replies, not a model's" if scripted else ""),
+        title_justify="left")
     for n in names:
         t.add_column(header[n], justify="left" if n in ("id", "operator", "idea") else "right",
                      no_wrap=True, min_width=idea_width if n == "idea" else None)

@@ -22,6 +22,7 @@ from pathlib import Path
 from loguru import logger
 
 from evokernel.report import plots
+from evokernel.report.labels import answered_by_line, idea_heading, llm_line, scripted_note
 from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, fmt_ms, fmt_x,
                                  kernel_text, lineage_rows, load_run, to_json)
 
@@ -55,10 +56,10 @@ def _summary_rows(view: RunView) -> list[tuple[str, str]]:
                                f"{s.offspring_per_generation}, generations {s.generations}, "
                                f"model {cfg.llm.model or 'none (LLM-free tune operator)'}"))
     u = view.llm_usage
-    if u.get("calls"):
-        rows.append(("LLM", f"{u['calls']} calls ({u['cached']} from cache), "
-                            f"{u['prompt_tokens']:,} prompt + {u['completion_tokens']:,} "
-                            f"completion tokens, ${u['cost_usd']:.4f}"))
+    for name, text in (("LLM", llm_line(u)), ("answered by", answered_by_line(u)),
+                       ("scripted", scripted_note(u))):
+        if text:
+            rows.append((name, f"**{text}**" if name == "scripted" else text))
     return rows
 
 
@@ -70,11 +71,13 @@ def _tables(view: RunView) -> dict[str, tuple[list[str], list[list[str]]]]:
               str(g.evaluated), str(g.accepted), fmt_x(g.best), fmt_x(g.median),
               fmt_x(g.best_so_far)] for g in view.generations])
     lin = lineage_rows(view)
-    lineage = (list(lin[0]) if lin else ["gen"], [list(r.values()) for r in lin])
+    idea = idea_heading(view.llm_usage)
+    lineage = ([idea if h == "idea" else h for h in lin[0]] if lin else ["gen"],
+               [list(r.values()) for r in lin])
     fails = (["kind", "reason", "count"],
              [[k, r.value, str(n)] for k, r, n in view.failures_by_kind()])
     every = (["gen", "id", "operator", "status", "speedup", "ms", "norm ratio", "max ratio",
-              "parents", "idea"],
+              "parents", idea],
              [[str(e.candidate.generation), e.id[:8], e.candidate.operator, e.status,
                fmt_x(e.speedup) if e.speedup else "-",
                fmt_ms(e.result.candidate_ms if e.result else None),
@@ -128,6 +131,8 @@ def _markdown(view: RunView) -> str:
              f"error ratios are the candidate's error over PyTorch's own FP32 error (worst "
              f"over the gate's checks). `best_kernel.py` is the best kernel as a standalone "
              f"candidate file."]
+    if scripted_note(view.llm_usage):
+        parts.append(f"**{scripted_note(view.llm_usage)}.**")
     for title, kind, content in _sections(view):
         if title:
             parts.append(f"## {title}")
@@ -153,6 +158,8 @@ def _html(view: RunView, out_dir: Path) -> str:
             f"(run <code>{html.escape(view.run_dir.name)}</code>)</h1>",
             "<p>Speedups are over eager PyTorch with TF32 off; error ratios are the candidate's "
             "error over PyTorch's own FP32 error.</p>"]
+    if scripted_note(view.llm_usage):
+        body.append(f"<p><strong>{html.escape(str(scripted_note(view.llm_usage)))}.</strong></p>")
     for title, kind, content in _sections(view):
         if title:
             body.append(f"<h2>{html.escape(title)}</h2>")

@@ -3,8 +3,10 @@
 Layout of a run directory:
     config.json     the RunConfig (evokernel.config), written once
     problem.py      a copy of the reference problem
-    run.sqlite      candidates, results, generations, LLM calls and run metadata (SQLite, WAL
-                    mode, so ``evokernel show`` can read a run that is still going)
+    run.sqlite      candidates, results, generations, LLM calls, the batch mode's requests and
+                    run metadata (SQLite, WAL mode, so ``evokernel show`` can read a run that
+                    is still going)
+    llm_cache.sqlite  the replies by request key (evokernel.llm.cache), for replay
     best.py         the best accepted kernel, as a standalone candidate file
 
 SQLite (stdlib) gives atomic, crash-safe writes: a run killed with kill -9 at any point loses at
@@ -49,7 +51,35 @@ CREATE TABLE IF NOT EXISTS generations (
 CREATE TABLE IF NOT EXISTS llm_calls (
     id INTEGER PRIMARY KEY AUTOINCREMENT, data TEXT, at_s REAL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS llm_requests (
+    key TEXT PRIMARY KEY, generation INTEGER, purpose TEXT, sample_index INTEGER, model TEXT,
+    request TEXT, export TEXT, status TEXT, detail TEXT, batch_id TEXT, attempts INTEGER,
+    exported_s REAL, answered_s REAL);
 """
+
+#: The states of a batch-mode request (``llm_requests.status``): written out and waiting,
+#: handed to a batch API, its reply imported, or failed (the batch or the import said why; it is
+#: written out again when the run resumes).
+REQUEST_STATES = ("pending", "submitted", "answered", "failed")
+#: Words that name a stand-in model (experiments' "openai/scripted-mock", the demo server's
+#: "hosted_vllm/scripted-server"): calls recorded before replies carried a ``scripted`` label
+#: are labelled by their model's name.
+STAND_IN_NAMES = ("scripted", "mock", "fake")
+
+
+def legacy_stand_in(call: dict[str, Any]) -> str | None:
+    """The label of a call recorded before the ``scripted`` field existed whose model is named
+    as a stand-in (STAND_IN_NAMES); None for a labelled record or any other model."""
+    if "scripted" in call:
+        return None
+    name = str(call.get("model") or "").rsplit("/", 1)[-1].lower()
+    if any(word in name for word in STAND_IN_NAMES):
+        return f"{call['model']} (a stand-in by its name; recorded before replies were labelled)"
+    return None
+
+
+_REQUEST_FIELDS = ("key", "generation", "purpose", "sample_index", "model", "request", "export",
+                   "status", "detail", "batch_id", "attempts", "exported_s", "answered_s")
 
 
 #: The first 16 bytes of every SQLite 3 file (https://www.sqlite.org/fileformat.html, 1.3).
@@ -68,9 +98,16 @@ def _expected_columns() -> dict[str, list[str]]:
         db.close()
 
 
+#: The tables every run store has had since the first version; later tables (the batch mode's
+#: requests, the Logbook) may be missing from an older store, which then reads them as empty
+#: and gains them when opened for writing.
+CORE_TABLES = ("candidates", "results", "generations", "llm_calls", "meta")
+
+
 def check_store(db: sqlite3.Connection, path: Path) -> None:
     """Check that the open connection ``db`` (to ``path``) holds an evokernel run store: every
-    table of the schema with its columns, and the problem recorded by ``RunStore.create``.
+    core table (CORE_TABLES) with at least the schema's columns, any later table it has with
+    them too, and the problem recorded by ``RunStore.create``.
 
     Raises:
         ConfigError: naming ``path``: a file of another program (its tables are listed), an
@@ -85,7 +122,9 @@ def check_store(db: sqlite3.Connection, path: Path) -> None:
                               f"{', '.join(sorted(found)) or 'none'}), not an evokernel run "
                               "store")
         for table, columns in want.items():
-            if found.get(table) != columns:
+            if table not in found and table not in CORE_TABLES:
+                continue                      # a table of a later version: read as empty
+            if table not in found or not set(columns) <= set(found[table]):
                 what = "no table" if table not in found else "another layout of table"
                 raise ConfigError(f"{path}: not an evokernel run store ({what} {table!r})")
         if db.execute("SELECT 1 FROM meta WHERE key='problem'").fetchone() is None:
@@ -218,8 +257,42 @@ class RunStore:
                      json.dumps(rng_state), time.time()))
 
     def record_llm_call(self, data: dict[str, Any]) -> None:
+        """Record one LLM call as evokernel.llm.client reports it (purpose, model, tokens,
+        cost_usd, cached, usage_source, scripted, origin, answered_by, key, error, ...)."""
         self._write("INSERT INTO llm_calls (data, at_s) VALUES (?,?)",
                     (json.dumps(data), time.time()))
+
+    def add_llm_requests(self, generation: int, export: str,
+                         requests: list[dict[str, Any]]) -> None:
+        """Record requests the batch mode wrote out (evokernel.llm.batch) as "pending" in the
+        export file ``export``. Each dict: key, purpose, sample_index, model, request (the
+        request file's JSON). A request written out again is pending again, with its attempts
+        counted."""
+        now = time.time()
+        rows = [(r["key"], generation, r["purpose"], r["sample_index"], r["model"],
+                 json.dumps(r["request"]), export, now) for r in requests]
+        if self.read_only:
+            raise ConfigError(f"{self.run_dir}: run store opened read-only")
+        with self._lock:
+            self._db.executemany(
+                "INSERT INTO llm_requests (key, generation, purpose, sample_index, model, request,"
+                " export, status, attempts, exported_s) VALUES (?,?,?,?,?,?,?,'pending',1,?) "
+                "ON CONFLICT(key) DO UPDATE SET export = excluded.export, status = 'pending', "
+                "detail = NULL, batch_id = NULL, attempts = attempts + 1, "
+                "exported_s = excluded.exported_s", rows)
+            self._db.commit()
+
+    def set_llm_request(self, key: str, status: str, *, detail: str | None = None,
+                        batch_id: str | None = None) -> None:
+        """Set a batch-mode request's status (REQUEST_STATES) and why (``detail``); "answered"
+        also stamps the time. Raises: ValueError for an unknown status."""
+        if status not in REQUEST_STATES:
+            raise ValueError(f"set_llm_request: status must be one of {REQUEST_STATES}, "
+                             f"got {status!r}")
+        self._write("UPDATE llm_requests SET status = ?, detail = ?, "
+                    "batch_id = COALESCE(?, batch_id), answered_s = ? WHERE key = ?",
+                    (status, detail, batch_id, time.time() if status == "answered" else None,
+                     key))
 
     def set_meta(self, key: str, value: Any) -> None:
         self._write("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
@@ -230,6 +303,9 @@ class RunStore:
             try:
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.OperationalError as e:
+                if "no such table" in str(e) and self.read_only and not any(
+                        f" {t} " in f" {sql} " for t in CORE_TABLES):
+                    return []                 # an older store opened read-only: none yet
                 raise ConfigError(f"{self.run_dir / 'run.sqlite'}: cannot read the run store: "
                                   f"{e}") from e
             except sqlite3.DatabaseError as e:
@@ -295,16 +371,49 @@ class RunStore:
     def llm_calls(self) -> list[dict[str, Any]]:
         return [json.loads(d) for (d,) in self._rows("SELECT data FROM llm_calls ORDER BY id")]
 
-    def llm_usage(self) -> dict[str, float]:
+    def llm_requests(self, status: str | None = None) -> list[dict[str, Any]]:
+        """The batch mode's requests (all, or those with ``status``), in the order they were
+        first written out; ``request`` is the request file's JSON."""
+        where, args = ("WHERE status = ?", (status,)) if status else ("", ())
+        rows = self._rows(f"SELECT {', '.join(_REQUEST_FIELDS)} FROM llm_requests {where} "
+                          "ORDER BY rowid", args)
+        out = [dict(zip(_REQUEST_FIELDS, r)) for r in rows]
+        for r in out:
+            r["request"] = json.loads(r["request"])
+        return out
+
+    def llm_usage(self) -> dict[str, Any]:
         """Totals over every recorded LLM call: calls, tokens by kind and cost_usd of the calls
-        actually sent (replayed cache hits cost nothing), and the number of cache hits."""
-        total = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0,
-                 "cost_usd": 0.0, "cached": 0}
+        actually sent or imported (replayed cache hits cost nothing), and the number of cache
+        hits (``cached``); where the tokens came from (``usage_sources``: {"provider" or
+        "tokenizer": calls}, over the calls that count tokens); ``origins`` ({"live" or
+        "batch": calls}); ``scripted`` (how many calls a stand-in answered, replays included)
+        and ``scripted_by`` (their labels); ``answered_by`` (who answered imported replies);
+        ``batch_requests`` and ``batch_waiting``: the batch mode's requests, and those without
+        an imported reply yet."""
+        total: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                                 "reasoning_tokens": 0, "cost_usd": 0.0, "cached": 0,
+                                 "usage_sources": {}, "origins": {}, "scripted": 0,
+                                 "scripted_by": [], "answered_by": []}
+        states = [s for (s,) in self._rows("SELECT status FROM llm_requests")]
+        total["batch_requests"] = len(states)
+        total["batch_waiting"] = sum(s != "answered" for s in states)
         for c in self.llm_calls():
             total["calls"] += 1
             total["cached"] += int(bool(c.get("cached")))
-            if c.get("cached"):
+            scripted = c.get("scripted") or legacy_stand_in(c)
+            if scripted:
+                total["scripted"] += 1
+                if scripted not in total["scripted_by"]:
+                    total["scripted_by"].append(scripted)
+            if c.get("cached") or c.get("error"):
                 continue
+            origin = c.get("origin") or "live"
+            total["origins"][origin] = total["origins"].get(origin, 0) + 1
+            source = c.get("usage_source") or ("stand-in" if scripted else "provider")
+            total["usage_sources"][source] = total["usage_sources"].get(source, 0) + 1
+            if c.get("answered_by") and c["answered_by"] not in total["answered_by"]:
+                total["answered_by"].append(c["answered_by"])
             for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
                 total[k] += int(c.get(k) or 0)
             total["cost_usd"] += float(c.get("cost_usd") or 0.0)

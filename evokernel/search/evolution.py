@@ -12,6 +12,10 @@ The run store is written as each candidate finishes; a killed run resumes from i
 generation and re-evaluates nothing (``Evolution.run(resume=True)``). What resume needs is saved
 with each generation: the surviving population and the RNG state (with islands, the RNG state
 and every island's population, as ``{"rng": state, "islands": [[id, ...], ...]}``).
+
+The batch LLM mode (``llm_batch``, evokernel.llm.batch_mode) hooks in after each round of calls
+(``_batch_round``): uncached requests are written out and the run stops before the round is
+evaluated (``stopped == "llm_batch"``); a resume makes the same calls, answered from the cache.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from deap import base, tools
 from loguru import logger
 
 from evokernel.config import RunConfig
-from evokernel.errors import ConfigError, LLMError, NoGPUError
+from evokernel.errors import ConfigError, LLMError, LLMPending, NoGPUError
 from evokernel.engine.evaluator import Evaluator
 from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,
                                       SearchContext)
@@ -84,7 +88,7 @@ class RunResult:
     run_dir: Path
     generations: list[GenerationStats]
     hall_of_fame: list[tuple[Candidate, EvalResult]]
-    stopped: str = "completed"                 # or "budget"
+    stopped: str = "completed"                 # or "budget", or "llm_batch" (requests out)
     best_path: Path | None = None
 
     @property
@@ -106,6 +110,7 @@ class Evolution:
         evaluator: default CudaEvaluator on every visible GPU.
         llm: default an LLMClient from config.llm when a model is set.
         on_generation: called after every generation with its GenerationStats.
+        llm_batch: an evokernel.llm.batch_mode.BatchMode (``--llm-batch``): see the module doc.
     """
 
     problem: Problem | str
@@ -116,6 +121,8 @@ class Evolution:
     evaluator: Evaluator | None = None
     llm: Any = None
     on_generation: Callable[[GenerationStats], None] | None = None
+    llm_batch: Any = None
+    _history: list[GenerationStats] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
@@ -148,7 +155,8 @@ class Evolution:
         problem: Problem = self.problem  # type: ignore[assignment]
         cfg = self.config
         run_dir = Path(cfg.run_dir or f"runs/{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if self.llm is None and cfg.llm.model is not None and not resume:
+        sends = self.llm_batch is None or self.llm_batch.submit   # batch export: nothing sent
+        if self.llm is None and cfg.llm.model is not None and not resume and sends:
             from evokernel.llm.client import LLMClient
             missing = LLMClient(cfg.llm).missing_credentials()
             if missing:
@@ -173,6 +181,8 @@ class Evolution:
                                  on_usage=store.record_llm_call, spent=store.llm_usage())
         elif self.llm is not None and getattr(self.llm, "on_usage", False) is None:
             self.llm.on_usage = store.record_llm_call   # a client passed in: record its calls
+        if self.llm_batch is not None and self.llm is not None:
+            self.llm_batch.attach(self.llm)
         owns_evaluator = self.evaluator is None
         if self.evaluator is None:
             from evokernel.engine.factory import make_evaluator
@@ -185,7 +195,10 @@ class Evolution:
                 raise
         try:
             store.set_meta("device", self.evaluator.info)
+            self._history = []              # this call's generations (_loop appends)
             return self._loop(problem, cfg, store, run_dir)
+        except LLMPending as e:        # the batch mode wrote a round's requests out
+            return self._stopped_for_batch(run_dir, e)
         except BaseException:
             _discard_if_empty(store, run_dir, created)
             raise
@@ -200,7 +213,7 @@ class Evolution:
         self._results = store.results()
         rng = random.Random(sc.seed)
         hof = tools.HallOfFame(maxsize=10, similar=lambda a, b: a.candidate.id == b.candidate.id)
-        history: list[GenerationStats] = []
+        history: list[GenerationStats] = self._history  # the batch mode's stop returns them
         done = store.generations()
         if done:
             last = done[-1]
@@ -269,8 +282,8 @@ class Evolution:
                               f"{problem.path.parent / 'seeds' / problem.path.name}) and no LLM "
                               "to write one: pass --seed-kernel KERNEL.py or --model provider/name")
         from evokernel.operators import SeedPort
-        ctx = self._context(0, random.Random(self._search.seed))
-        port = SeedPort()(problem, ctx)
+        port = self._batch_round(
+            lambda: SeedPort()(problem, self._context(0, random.Random(self._search.seed))), 0)
         if not port:
             raise ConfigError(f"{problem.path}: the LLM wrote no first kernel")
         return port
@@ -308,7 +321,8 @@ class Evolution:
         """Make the planned calls at once, evaluate all their children as one batch, and add
         each child to its plan's island in ``offspring``. Returns the new children by island."""
         seen = {cid for cid, c in self._candidates.items() if c.generation < gen}
-        batches = run_plans(plans, lambda p: self._context(gen, random.Random(p.seed)), seen)
+        batches = self._batch_round(lambda: run_plans(
+            plans, lambda p: self._context(gen, random.Random(p.seed)), set(seen)), gen)
         self._evaluate([c for batch in batches for c in batch])
         new: list[list[Individual]] = [[] for _ in offspring]
         for p, batch in zip(plans, batches):
@@ -316,6 +330,28 @@ class Evolution:
         for kids, more in zip(offspring, new):
             kids += more
         return new
+
+    # -- the batch LLM mode (--llm-batch) ---------------------------------------------------
+    def _batch_round(self, calls: Callable[[], Any], gen: int) -> Any:
+        """``calls()`` (a round of operator calls) with the batch mode's requests handled: none
+        pending, its result; pending and submitted, the round made again from the cache;
+        pending and written out, LLMPending (raised by BatchMode.flush), before anything of the
+        round is stored or evaluated."""
+        while True:
+            out = calls()
+            if self.llm_batch is None or not self.llm_batch.flush(self._store, gen, self.llm):
+                return out
+
+    def _stopped_for_batch(self, run_dir: Path, pending: LLMPending) -> RunResult:
+        """The RunResult of a run stopped by the batch mode: the generations this call
+        completed, the best accepted kernels so far."""
+        logger.info("stopping for the LLM batch: {}", pending)
+        accepted = [c for cid, c in self._candidates.items()
+                    if cid in self._results and self._results[cid].accepted]
+        accepted.sort(key=lambda c: -self._fitness_key(self._results[c.id]))
+        return RunResult(run_dir=run_dir, generations=list(self._history),
+                         hall_of_fame=[(c, self._results[c.id]) for c in accepted[:10]],
+                         stopped="llm_batch", best_path=self._store.export_best())
 
     def _check_llm(self, before: dict[str, Any], gen: int) -> None:
         """Stop the run when every LLM call of this generation failed (a wrong key, a dead

@@ -49,11 +49,17 @@ def test_mock_response_goes_through_litellm_with_usage_and_cost():
     assert reply.text == "hello" and reply.model == "openai/gpt-4o-mini" and not reply.cached
     assert reply.prompt_tokens > 0 and reply.completion_tokens > 0
     assert reply.cost_usd > 0  # a priced model: litellm's local cost map
+    # a mock's usage is litellm's placeholder (10 + 20 whatever the text), labelled so
+    assert reply.usage_source == "stand-in"
     assert records == [{"purpose": "ideas", "model": "openai/gpt-4o-mini", "sample_index": 3,
                         "prompt_tokens": reply.prompt_tokens,
                         "completion_tokens": reply.completion_tokens, "reasoning_tokens": 0,
                         "cost_usd": reply.cost_usd, "cached": False,
-                        "latency_s": reply.latency_s, "attempts": 1, "error": None}]
+                        "latency_s": reply.latency_s, "attempts": 1, "error": None,
+                        "key": request_key("openai/gpt-4o-mini", MSG, 0.8, None, 3),
+                        "usage_source": "stand-in",
+                        "scripted": "litellm mock_response: a fixed string", "origin": "live",
+                        "answered_by": None}]
     u = client.usage
     assert u["calls"] == 1 and u["cost_usd"] == pytest.approx(reply.cost_usd)
 

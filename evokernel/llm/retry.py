@@ -1,0 +1,52 @@
+"""litellm's lazy import, and which failed calls are worth retrying (evokernel.llm.client).
+
+litellm is imported only when a call, a count or a batch submission needs it
+(``load_litellm``), so ``import evokernel`` stays fast and light.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class HardTimeout(Exception):
+    """The provider did not answer within timeout_s (our own deadline, retried like a Timeout)."""
+
+
+def load_litellm() -> Any:
+    """The litellm module, imported on first use with its bundled model-cost map."""
+    # litellm fetches its model-cost map from the network at import unless told to use the copy
+    # it ships; use that copy (costs stay reproducible, and offline machines do not stall).
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm  # lazy: importing litellm takes seconds; `import evokernel` must not
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a failed call is worth retrying: 429, 5xx, connection errors and timeouts are;
+    a context-window overflow, authentication, bad requests and other 4xx errors are not."""
+    if isinstance(exc, HardTimeout):
+        return True
+    litellm = load_litellm()
+    never = (litellm.ContextWindowExceededError, litellm.AuthenticationError,
+             litellm.BadRequestError, litellm.NotFoundError, litellm.PermissionDeniedError,
+             litellm.UnprocessableEntityError)
+    if isinstance(exc, never):
+        return False
+    always = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
+              litellm.InternalServerError, litellm.ServiceUnavailableError,
+              litellm.BadGatewayError)
+    if isinstance(exc, always):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status >= 500 or status in (408, 429))
+
+
+def retry_after_s(exc: BaseException | None) -> float:
+    """The server's Retry-After header in seconds, or 0.0 when absent or unreadable."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    try:
+        return max(0.0, float(headers.get("retry-after", 0.0)))
+    except (TypeError, ValueError, AttributeError):
+        return 0.0

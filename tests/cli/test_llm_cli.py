@@ -1,0 +1,95 @@
+"""`evokernel run --llm-batch`, `evokernel llm import` and `evokernel llm pending` through the
+command line, on the CPU: the GPU check and the CUDA evaluator are replaced by the demo's fake
+evaluator (its numbers are not measurements)."""
+import json
+
+import pytest
+
+from evokernel.cli import main as cli
+from evokernel.demo.fake_evaluator import FakeEvaluator
+from evokernel.demo.scripted_llm import scripted_reply
+from evokernel.llm.batch import write_replies
+from evokernel.runs.store import RunStore
+
+
+@pytest.fixture
+def no_gpu_needed(monkeypatch):
+    import importlib
+
+    import evokernel.engine.evaluator as evaluator
+    monkeypatch.setattr("evokernel.cli.options.require_gpu", lambda: None)
+    fake = lambda problem, cfg, *args, **kwargs: FakeEvaluator(problem)   # noqa: E731
+    monkeypatch.setattr(evaluator, "CudaEvaluator", fake)
+    try:                    # where the run builds its evaluator once engine/factory.py exists
+        factory = importlib.import_module("evokernel.engine.factory")
+    except ImportError:
+        return
+    monkeypatch.setattr(factory, "make_evaluator", fake)
+
+
+RUN = ["run", "softmax", "--model", "openai/frontier-stand-in", "--generations", "1",
+       "--population", "2", "--offspring", "2", "--ideas", "2", "--implementations", "1",
+       "--no-compile-baseline"]
+
+
+def test_run_llm_batch_import_resume_until_done(tmp_path, no_gpu_needed, capsys):
+    run_dir, folder = tmp_path / "run", tmp_path / "batch"
+    assert cli.main(RUN + ["--run-dir", str(run_dir), "--llm-batch", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "(llm_batch)" in out and "generation 1 waits for" in out
+    assert f"evokernel run --resume {run_dir} --llm-batch {folder}" in out
+    exports = sorted(folder.glob("*.jsonl"))
+    assert len(exports) == 1 and str(exports[0]) in out
+    lines = [json.loads(x) for x in exports[0].read_text().splitlines()]
+    assert lines and all(x["url"] == "/v1/chat/completions" and x["method"] == "POST"
+                         and x["body"]["model"] == "frontier-stand-in" for x in lines)
+    assert f"waits for {len(lines)} repl" in out
+    assert cli.main(["llm", "pending", str(run_dir)]) == 1
+    assert f"{len(lines)} of {len(lines)} batch requests wait" in capsys.readouterr().out
+    for _ in range(10):
+        write_replies(folder, scripted_reply, answered_by="evokernel.demo.scripted_llm",
+                      scripted=True)
+        assert cli.main(["llm", "import", str(folder), str(run_dir)]) == 0
+        assert "imported" in capsys.readouterr().out
+        assert cli.main(["run", "--resume", str(run_dir), "--llm-batch", str(folder)]) in (0, 1)
+        out = capsys.readouterr().out
+        if "(llm_batch)" not in out:
+            break
+    assert "(completed)" in out
+    assert cli.main(["llm", "pending", str(run_dir)]) == 0
+    store = RunStore(run_dir, read_only=True)
+    assert [g["generation"] for g in store.generations()] == [0, 1]
+    assert {c.operator for c in store.candidates().values()} >= {"seed", "idea"}
+
+
+def test_batch_mode_needs_a_model(tmp_path, no_gpu_needed, capsys):
+    argv = ["run", "softmax", "--run-dir", str(tmp_path / "r"), "--llm-batch", str(tmp_path)]
+    assert cli.main(argv) == 2
+    assert "--llm-batch/--llm-batch-submit need --model" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_import_names_bad_lines_and_exits_1(tmp_path, no_gpu_needed, capsys):
+    run_dir, folder = tmp_path / "run", tmp_path / "batch"
+    assert cli.main(RUN + ["--run-dir", str(run_dir), "--llm-batch", str(folder)]) == 0
+    capsys.readouterr()
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"custom_id": "nope", "response": {"status_code": 200, "body": '
+                       '{"choices": [{"message": {"content": "x"}}]}}}\n{"custom_id": "tr')
+    assert cli.main(["llm", "import", str(results), str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"{results}:1: custom_id nope: unknown" in out
+    assert f"{results}:2: not valid JSON (a truncated line?)" in out
+    assert "still pending" in out
+    assert cli.main(["llm", "import", str(tmp_path / "missing.jsonl"), str(run_dir)]) == 2
+    assert "missing.jsonl: no such file or folder" in capsys.readouterr().err
+
+
+def test_resume_accepts_the_batch_flags_only(tmp_path, no_gpu_needed, capsys):
+    run_dir = tmp_path / "run"
+    assert cli.main(RUN + ["--run-dir", str(run_dir), "--llm-batch", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", str(run_dir), "--llm-batch", str(tmp_path / "b"),
+                     "--generations", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "drop --generations" in err and "--llm-batch" not in err.split("drop")[1]
