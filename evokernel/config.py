@@ -216,9 +216,10 @@ class LLMConfig:
 class SearchConfig:
     """The (mu + lambda) loop (evokernel.search.evolution).
 
-    population_size is DEAP's mu, offspring_per_generation its lambda_; crossover_prob and
-    mutation_prob are cxpb and mutpb (the rest of the offspring slots are re-evaluations of
-    nothing: evokernel never re-times a candidate, so cxpb + mutpb must be 1 here, split as given).
+    population_size is DEAP's mu and offspring_per_generation its lambda_ (operator calls per
+    generation, each of which may return several children); crossover_prob is cxpb, and every
+    other call is a mutation (mutpb = 1 - cxpb: DEAP's remaining "reproduction" share would
+    re-time a kernel, which evokernel never does).
     ideas_per_call (k) and implementations_per_idea (m) shape the idea mutation's branching.
     repair_attempts: how many times a rejected child's lineage goes back to the repair operator
         within its generation (a failed fix is repaired again, up to this many rounds).

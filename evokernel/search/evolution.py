@@ -45,7 +45,7 @@ from evokernel.search.contexts import GenerationContexts
 from evokernel.search.runstate import (GenerationStats, RunResult, discard_if_empty,
                                        raise_if_every_llm_call_failed, saved_state)
 from evokernel.search.toolbox import (Individual, KernelEvaluation, OperatorChoice,
-                                      SpeedupFitness, batch_map, fitness_statistics, new_logbook,
+                                      SpeedupFitness, batch_map, logbook_record, new_logbook,
                                       seeded_global_random)
 from evokernel.search.variation import (Plan, migrate_ring, number_calls, plan_island,
                                         run_calls)
@@ -256,10 +256,9 @@ class Evolution:
                               f"{problem.path.parent / 'seeds' / problem.path.name}) and no LLM "
                               "to write one: pass --seed-kernel KERNEL.py or --model provider/name")
         from evokernel.operators import SeedPort
-        ctx = SearchContext(problem=problem, generation=0, rng=random.Random(self._search.seed),
-                            llm=self.llm, device=dict(self.evaluator.info)
-                            if self.evaluator else {})
-        port = SeedPort()(problem, ctx)
+        port = SeedPort()(problem, SearchContext(
+            problem=problem, generation=0, rng=random.Random(self._search.seed), llm=self.llm,
+            device=dict(self.evaluator.info) if self.evaluator else {}))
         if not port:
             raise ConfigError(f"{problem.path}: the LLM wrote no first kernel")
         return port
@@ -387,9 +386,8 @@ class Evolution:
             islands=tuple(tuple(i.candidate.id for i in pop) for pop in islands))
         if gen == 0:
             self._archive = Archive.rebuild(self._candidates, self._results, self._fitness_of)
-        record = {"gen": gen, "nevals": len(offspring), "accepted": valid,
-                  "cells": len(self._archive), **fitness_statistics().compile(population),
-                  "tokens": stats.tokens}
+        record = logbook_record(gen, population, nevals=len(offspring), accepted=valid,
+                                cells=len(self._archive), tokens=stats.tokens)
         self._logbook.record(**record)
         # One population: the plain RNG state (the original format). Islands: every island too.
         state: Any = rng.getstate() if len(islands) == 1 else \

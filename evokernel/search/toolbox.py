@@ -164,6 +164,16 @@ def fitness_statistics() -> tools.Statistics:
     return stats
 
 
+def logbook_record(gen: int, population: Sequence[Individual], *, nevals: int, accepted: int,
+                   cells: int, tokens: int) -> dict[str, Any]:
+    """One Logbook record (LOGBOOK_HEADER): the generation, its distinct offspring (each
+    evaluated once, however often the run was resumed), how many were accepted, the archive's
+    filled cells, the population's max/median/min speedup after selection (DEAP Statistics),
+    and the LLM tokens spent so far."""
+    return {"gen": gen, "nevals": nevals, "accepted": accepted, "cells": cells,
+            **fitness_statistics().compile(population), "tokens": tokens}
+
+
 def new_logbook(records: Iterable[dict[str, Any]] = ()) -> tools.Logbook:
     """A DEAP Logbook with LOGBOOK_HEADER, holding ``records`` (as read from the run store)."""
     book = tools.Logbook()

@@ -90,7 +90,7 @@ def test_kill_9_mid_generation_then_resume(tmp_path, env):
         return [i for i, g in enumerate(gens_in_order) if g == gen][n] + 1
 
     # Kill points (name, islands, generation being made, trigger): generation 1's implementation
-    # calls in flight (its 3 ideas calls are answered before any is sent); evaluation in the
+    # calls in flight (its ideas calls are all answered before any implementation is sent); evaluation in the
     # middle of generation 2; with islands, evaluation in the middle of generation 3, after two
     # migrations.
     scenarios = [("llm-gen1", 1, 1, lambda s, log: s.count >= 6),
