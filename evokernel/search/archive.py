@@ -44,9 +44,10 @@ def bottleneck(result: EvalResult) -> str:
 
     ``host``: its kernels' profiled GPU time is under HOST_SHARE of its measured time;
     ``spills``: ptxas reports register spills in one of its kernels;
-    ``memory``: within NEAR_FLOOR of the memory floor;
-    ``compute``: within NEAR_FLOOR of the compute floor;
-    ``latency``: neither floor near (occupancy, dependencies, too little parallelism);
+    ``memory`` / ``compute``: within NEAR_FLOOR of the binding floor, the larger of the memory
+        and the compute floor (the roofline's bound for this problem), named by it;
+    ``latency``: further from the binding floor (occupancy, dependencies, too little
+        parallelism);
     ``unknown``: no floor and no profile to judge by (e.g. a stand-in evaluator).
     Returns "rejected" for a rejected verdict (rejected kernels are never elites).
     """
@@ -58,13 +59,12 @@ def bottleneck(result: EvalResult) -> str:
         return "host"
     if any(r.spill_store_bytes or r.spill_load_bytes for r in result.resources):
         return "spills"
-    if ms and result.floor_ms and ms <= NEAR_FLOOR * result.floor_ms:
-        return "memory"
-    if ms and result.compute_floor_ms and ms <= NEAR_FLOOR * result.compute_floor_ms:
-        return "compute"
-    if ms and (result.floor_ms or result.compute_floor_ms or result.kernels):
-        return "latency"
-    return "unknown"
+    floors = {name: f for name, f in (("memory", result.floor_ms),
+                                      ("compute", result.compute_floor_ms)) if f}
+    if ms and floors:
+        name = max(floors, key=floors.__getitem__)
+        return name if ms <= NEAR_FLOOR * floors[name] else "latency"
+    return "latency" if ms and result.kernels else "unknown"
 
 
 def tagged_category(idea: str) -> str | None:

@@ -26,6 +26,8 @@ def ok(cid="x", ms=1.0, **kw):
     (ok(resources=(KernelResources("k", 255, spill_store_bytes=64),), floor_ms=0.9), "spills"),
     (ok(floor_ms=0.8), "memory"),                                      # 1.25x the memory floor
     (ok(floor_ms=0.1, compute_floor_ms=0.9), "compute"),
+    (ok(floor_ms=0.8, compute_floor_ms=0.9), "compute"),               # the binding floor names it
+    (ok(floor_ms=0.3), "latency"),                                     # 3.3x the only floor
     (ok(floor_ms=0.1, compute_floor_ms=0.1), "latency"),
     (ok(), "unknown"),
     (EvalResult.failure("x", Reason.BUILD_ERROR, "nvcc"), "rejected"),
