@@ -39,5 +39,5 @@ def test_search_on_the_gpu_fills_archive_cells_and_the_logbook(tmp_path):
     lineage = LineageIndex(cands, results, lambda r: r.speedup)
     for cid, r in results.items():
         a = lineage.attempt(cid)
-        if not r.accepted and cands[cid].parent_ids:
-            assert a.detail                                         # the reason's numbers
+        if not r.accepted and (r.detail.strip() or r.norm_error_ratio is not None):
+            assert a.detail and a.reason == r.reason.value          # the reason's numbers
