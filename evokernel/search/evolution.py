@@ -127,7 +127,8 @@ class Evolution:
 
     # ---------------------------------------------------------------------------------------
     def run(self, resume: bool = False) -> RunResult:
-        """Run (or resume) the search; returns when all generations ran or the budget is spent.
+        """Run (or resume) the search; returns when all generations ran, the LLM budget is spent,
+        or (batch LLM mode) a generation's requests were written out (``stopped``).
 
         Raises:
             ConfigError: bad config, an existing run dir without ``resume``, or no seed kernel
