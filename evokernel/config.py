@@ -226,11 +226,10 @@ class LLMConfig:
 class SearchConfig:
     """The (mu + lambda) loop (evokernel.search.evolution).
 
-    population_size is DEAP's mu, offspring_per_generation its lambda_ (operator calls per
-    generation). crossover_prob is varOr's cxpb: each call is a crossover with this probability
-    (when there are crossover operators and two individuals), else a mutation, so varOr's mutpb
-    is 1 - crossover_prob and there is no reproduction slot (evokernel never re-times a
-    candidate). evokernel.search.variation.plan draws the split.
+    population_size is DEAP's mu and offspring_per_generation its lambda_ (operator calls per
+    generation, each of which may return several children); crossover_prob is cxpb, and every
+    other call is a mutation (mutpb = 1 - cxpb: DEAP's remaining "reproduction" share would
+    re-time a kernel, which evokernel never does).
     ideas_per_call (k) and implementations_per_idea (m) shape the idea mutation's branching.
     repair_attempts: how many times a rejected child's lineage goes back to the repair operator
         within its generation (a failed fix is repaired again, up to this many rounds).

@@ -2,7 +2,13 @@
 
 An operator is a small picklable class with a ``name``. It takes parents and returns new
 candidates; it never builds, gates or times anything (the evaluator does). A user's own operator
-is just another class with the same shape, passed to ``Evolution(mutations=[...])``.
+is just another class with the same shape, passed to ``Evolution(mutations=[...])`` or
+registered on the DEAP toolbox (``evolution.toolbox.register("mutate", op)``).
+
+A mutation that first writes ideas and then implements them (``IdeasFirst``, such as the idea
+mutation) is run in two phases by the search: every such call's ``propose`` first, all at once;
+then near-duplicate ideas across the generation are dropped; then every ``implement`` together
+with the generation's other calls (evokernel.search.variation).
 
 An LLM reply with no usable code is returned as a candidate whose source is the reply text; the
 evaluator rejects it with reason ``no_code`` and the run store keeps it, so nothing is lost.
@@ -73,11 +79,16 @@ class SearchContext:
             children), oldest first; ``history`` holds every lineage's.
         inspirations: accepted kernels from other lineages (an archive's elites) with their
             results, for the prompt to learn from; () when there are none.
-        category: the idea category assigned to this call (operators.prompts.CATEGORY_KEYS),
-            so that the calls of a generation ask for different kinds of ideas; None: any.
-        taken_ideas: ideas already proposed in this generation, which this call must not repeat.
-        call_index: this call's index among the generation's calls (0, 1, ...), sent to the model
-            so that no two requests of a generation are identical.
+        category: the idea category assigned to this call (operators.prompts.CATEGORY_KEYS,
+            rotated over the generation's calls), so that they ask for different kinds of
+            ideas; None: any (repair calls).
+        taken_ideas: ideas this call must not repeat: those already spent on its parent (the
+            ideas on the path to it and of its earlier children) and, for calls made after the
+            generation's ideas phase (implementations, crossovers, tunes), every idea kept in
+            this generation by the other calls (evokernel.search.variation).
+        call_index: this call's index among the generation's calls (0, 1, ...; repair rounds go
+            on counting), sent to the model so that no two requests of a generation are
+            identical.
         candidate_form: the candidate form the run prefers: "load_inline", "nvrtc" or "any".
     """
 
@@ -132,3 +143,19 @@ class RepairOperator(Protocol):
 
     def __call__(self, candidate: Candidate, result: EvalResult,
                  ctx: SearchContext) -> list[Candidate]: ...
+
+
+@runtime_checkable
+class IdeasFirst(Protocol):
+    """A mutation the search runs in two phases: ``propose`` ideas for a parent, then
+    ``implement`` the ideas kept (near-duplicates across the generation dropped). Calling it
+    directly (``op(parent, ctx)``) does both."""
+
+    name: str
+
+    def propose(self, parent: Candidate, ctx: SearchContext) -> list[str]: ...
+
+    def implement(self, parent: Candidate, ideas: Sequence[str],
+                  ctx: SearchContext) -> list[Candidate]: ...
+
+    def __call__(self, parent: Candidate, ctx: SearchContext) -> list[Candidate]: ...

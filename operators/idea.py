@@ -1,5 +1,9 @@
 """The idea mutation (Stanford CRFM "fast kernels" style): write k ideas, then m implementations of
-each, all implementations concurrently.
+each, all implementations concurrently. The search runs it in two phases (operators.base.IdeasFirst):
+``propose`` for every idea call of a generation, then ``implement`` for the ideas kept.
+
+A request the batch LLM mode wrote out instead of sending (evokernel.errors.LLMPending) is never
+swallowed here: it reaches the search, which stops before evaluating the generation.
 
 Also holds ``write_children``, the concurrent "messages in, candidates out" step that the other
 LLM operators (crossover, repair, port) share.
@@ -12,7 +16,7 @@ from typing import Callable, Sequence
 
 from loguru import logger
 
-from evokernel.errors import LLMError
+from evokernel.errors import LLMError, LLMPending
 from evokernel.operators.parsing import extract_code, extract_summary, parse_ideas
 from evokernel.operators.prompts import ideas_prompt, implement_prompt
 from evokernel.records import Candidate
@@ -49,6 +53,7 @@ def write_children(requests: Sequence[Request], ctx: SearchContext, *,
     (including BudgetExceeded) is logged and skipped; the others are kept. Children already in
     ``ctx.seen_ids``, or duplicated within this call, are dropped. Order follows ``requests``.
     Returns: the children ([] when ``ctx.llm`` is None).
+    Raises: LLMPending (batch mode) once every request was made, when any of them is pending.
     """
     llm = ctx.llm
     if llm is None or not requests:
@@ -58,6 +63,8 @@ def write_children(requests: Sequence[Request], ctx: SearchContext, *,
         try:
             reply = llm.complete(req.messages, purpose=req.purpose,
                                  sample_index=req.sample_index)
+        except LLMPending:
+            raise
         except LLMError as e:
             logger.warning("{}: {} call {} failed, skipped: {}", operator, req.purpose,
                            req.sample_index, e)
@@ -94,8 +101,8 @@ class IdeaMutation:
     are written concurrently (k*m calls, bounded by the client's concurrency limit).
 
     The ideas call sees the problem, the parent's source and measured result
-    (``ctx.results[parent.id]``), the ideas tried so far (``ctx.history``) and the GPU
-    (``ctx.device``). Implementation j of idea i is requested with ``sample_index = base + j``
+    (``ctx.results[parent.id]``), the ideas tried in the parent's lineage (``ctx.lineage``) and
+    the GPU (``ctx.device``). Implementation j of idea i is requested with ``sample_index = base + j``
     (``base`` drawn from ``ctx.rng``), so the m samples are distinct cache entries, and the same
     idea proposed again later for the same parent gets fresh implementations, not a replay.
 
@@ -116,15 +123,31 @@ class IdeaMutation:
         if (self.k is not None and self.k < 1) or (self.m is not None and self.m < 1):
             raise ValueError(f"IdeaMutation: k and m must be >= 1 (got k={self.k}, m={self.m})")
 
+    def _km(self, ctx: SearchContext) -> tuple[int, int]:
+        k = self.k if self.k is not None else ctx.ideas_per_call
+        m = self.m if self.m is not None else ctx.implementations_per_idea
+        if k < 1 or m < 1:
+            raise ValueError(f"{self.name}: k and m must be >= 1 (got k={k}, m={m})")
+        return k, m
+
     def ideas(self, parent: Candidate, ctx: SearchContext, k: int) -> list[str]:
-        """The ideas call alone: up to k distinct ideas for ``parent`` ([] on any failure)."""
+        """The ideas call alone: up to k distinct ideas for ``parent`` ([] on any failure).
+
+        The call is shown the parent's lineage (``ctx.lineage``: what was tried on the way to
+        it and from it, with the gain over each parent), or every attempt (``ctx.history``)
+        when the context carries no lineage.
+        Raises: LLMPending (batch mode: the request was written out, no reply yet).
+        """
         if ctx.llm is None:
             return []
+        history = ctx.lineage if ctx.lineage else ctx.history
         messages = ideas_prompt(ctx.problem.source, parent.source, ctx.results.get(parent.id),
-                                ctx.history, ctx.device, k)
+                                history, ctx.device, k)
         try:
             reply = ctx.llm.complete(messages, purpose="ideas",
                                      sample_index=draw_sample_base(ctx))
+        except LLMPending:
+            raise
         except LLMError as e:
             logger.warning("{}: ideas call for {} failed: {}", self.name, parent.id, e)
             return []
@@ -135,21 +158,34 @@ class IdeaMutation:
             logger.info("{}: asked for {} ideas, got {}", self.name, k, len(ideas))
         return ideas
 
-    def __call__(self, parent: Candidate, ctx: SearchContext) -> list[Candidate]:
+    def propose(self, parent: Candidate, ctx: SearchContext) -> list[str]:
+        """Phase one: up to k ideas for ``parent`` ([] with no LLM or on failure)."""
         if ctx.llm is None:
             logger.warning("{}: no LLM configured; no children", self.name)
             return []
-        k = self.k if self.k is not None else ctx.ideas_per_call
-        m = self.m if self.m is not None else ctx.implementations_per_idea
-        if k < 1 or m < 1:
-            raise ValueError(f"{self.name}: k and m must be >= 1 (got k={k}, m={m})")
-        ideas = self.ideas(parent, ctx, k)
+        return self.ideas(parent, ctx, self._km(ctx)[0])
+
+    def implement(self, parent: Candidate, ideas: Sequence[str],
+                  ctx: SearchContext) -> list[Candidate]:
+        """Phase two: m implementations of each of ``ideas``, all requests at once.
+
+        Implementation j of an idea is requested with ``sample_index = base + j``, ``base``
+        drawn from ``ctx.rng`` after the ideas call's own draw, so a direct call and the
+        search's two phases send the same requests.
+        """
+        if ctx.llm is None or not ideas:
+            return []
+        m = self._km(ctx)[1]
         base = draw_sample_base(ctx)    # a repeated idea on the same parent gets fresh samples
         requests = [Request(messages=implement_prompt(ctx.problem.source, parent.source, idea),
                             purpose="implement", sample_index=base + j, idea=idea,
                             parents=(parent,))
                     for idea in ideas for j in range(m)]
         return write_children(requests, ctx, operator=self.name)
+
+    def __call__(self, parent: Candidate, ctx: SearchContext) -> list[Candidate]:
+        self._km(ctx)
+        return self.implement(parent, self.propose(parent, ctx), ctx)
 
 
 def plan_samples(ctx: SearchContext, n: int, make: Callable[[int], Request]) -> list[Request]:

@@ -1,5 +1,6 @@
 """``evokernel show RUN_DIR``: a run's summary, the lineage of its best kernel round by round,
-its generations and its failures by kind, rendered with rich.
+its generations, the search's DEAP Logbook (statistics of the population after each selection)
+and its failures by kind, rendered with rich.
 
 Reads the run store read-only (evokernel.runs.view), so it works on a finished run, a copied one,
 and one that is still running. Speedups are over eager PyTorch (TF32 off); "% of floor" is the
@@ -120,6 +121,27 @@ def generations_table(view: RunView) -> Table | Text:
     return t
 
 
+def logbook_table(view: RunView) -> Table | None:
+    """The DEAP Logbook (evokernel.search.toolbox.LOGBOOK_HEADER), one row per completed
+    generation: new kernels evaluated, accepted, archive cells filled, the population's best,
+    median and worst speedup after selection, and LLM tokens spent so far. None for a run
+    without one (made before the Logbook was kept)."""
+    if not view.logbook:
+        return None
+    t = Table(box=box.SIMPLE_HEAD, title="DEAP logbook (population after selection)",
+              title_justify="left")
+    columns = (("gen", "gen", str), ("nevals", "evaluated", str), ("accepted", "accepted", str),
+               ("cells", "archive cells", str), ("max", "best", fmt_x),
+               ("median", "median", fmt_x), ("min", "worst", fmt_x),
+               ("tokens", "tokens", lambda v: f"{int(v):,}"))
+    for _, name, _ in columns:
+        t.add_column(name, justify="right")
+    for record in view.logbook:
+        t.add_row(*(fmt(record[key]) if record.get(key) is not None else "-"
+                    for key, _, fmt in columns))
+    return t
+
+
 def failures_table(view: RunView) -> Table | Text:
     """Rejections counted by reason, grouped by kind (build, run, precision, anti-cheat, ...)."""
     rows = view.failures_by_kind()
@@ -135,9 +157,14 @@ def failures_table(view: RunView) -> Table | Text:
 
 def render(view: RunView, width: int = 120, relative: bool = True) -> RenderableType:
     """The whole ``show`` output as one rich renderable, laid out for ``width`` columns."""
-    return Group(Panel(summary(view, relative), title=f"evokernel run {view.run_dir}",
-                       title_align="left", box=box.ROUNDED),
-                 lineage_table(view, width), generations_table(view), failures_table(view))
+    parts: list[RenderableType] = [
+        Panel(summary(view, relative), title=f"evokernel run {view.run_dir}",
+              title_align="left", box=box.ROUNDED),
+        lineage_table(view, width), generations_table(view)]
+    logbook = logbook_table(view)
+    if logbook is not None:
+        parts.append(logbook)
+    return Group(*parts, failures_table(view))
 
 
 def show(run_dir: str, console: Console | None = None) -> None:

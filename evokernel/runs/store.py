@@ -3,9 +3,9 @@
 Layout of a run directory:
     config.json     the RunConfig (evokernel.config), written once
     problem.py      a copy of the reference problem
-    run.sqlite      candidates, results, generations, LLM calls, the batch mode's requests and
-                    run metadata (SQLite, WAL mode, so ``evokernel show`` can read a run that
-                    is still going)
+    run.sqlite      candidates, results, generations, the DEAP Logbook (one statistics record
+                    per generation), LLM calls, the batch mode's requests and run metadata
+                    (SQLite, WAL mode, so ``evokernel show`` can read a run that is still going)
     llm_cache.sqlite  the replies by request key (evokernel.llm.cache), for replay
     best.py         the best accepted kernel, as a standalone candidate file
 
@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TABLE IF NOT EXISTS generations (
     generation INTEGER PRIMARY KEY, population TEXT, best_id TEXT, best_speedup REAL,
     valid INTEGER, total INTEGER, rng_state TEXT, finished_s REAL);
+CREATE TABLE IF NOT EXISTS logbook (generation INTEGER PRIMARY KEY, record TEXT);
 CREATE TABLE IF NOT EXISTS llm_calls (
     id INTEGER PRIMARY KEY AUTOINCREMENT, data TEXT, at_s REAL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -250,11 +251,20 @@ class RunStore:
 
     def end_generation(self, generation: int, population: list[str], best_id: str | None,
                        best_speedup: float, valid: int, total: int,
-                       rng_state: Any = None) -> None:
-        """Mark a generation complete: its surviving population and the RNG state after it."""
-        self._write("INSERT OR REPLACE INTO generations VALUES (?,?,?,?,?,?,?,?)",
-                    (generation, json.dumps(population), best_id, best_speedup, valid, total,
-                     json.dumps(rng_state), time.time()))
+                       rng_state: Any = None, logbook: dict[str, Any] | None = None) -> None:
+        """Mark a generation complete: its surviving population, the RNG state after it and its
+        Logbook record (DEAP ``tools.Logbook`` entry: gen, nevals, max, ...), in one
+        transaction, so a resumed run finds both or neither."""
+        if self.read_only:
+            raise ConfigError(f"{self.run_dir}: run store opened read-only")
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO generations VALUES (?,?,?,?,?,?,?,?)",
+                             (generation, json.dumps(population), best_id, best_speedup, valid,
+                              total, json.dumps(rng_state), time.time()))
+            if logbook is not None:
+                self._db.execute("INSERT OR REPLACE INTO logbook VALUES (?,?)",
+                                 (generation, json.dumps(logbook)))
+            self._db.commit()
 
     def record_llm_call(self, data: dict[str, Any]) -> None:
         """Record one LLM call as evokernel.llm.client reports it (purpose, model, tokens,
@@ -345,6 +355,12 @@ class RunStore:
         return [{"generation": g, "population": json.loads(p), "best_id": b,
                  "best_speedup": s, "valid": v, "total": t, "rng_state": json.loads(rs),
                  "finished_s": f} for g, p, b, s, v, t, rs, f in rows]
+
+    def logbook(self) -> list[dict[str, Any]]:
+        """The Logbook records of the completed generations, oldest first ([] for a run made
+        before the Logbook was kept)."""
+        return [json.loads(r) for (r,) in self._rows(
+            "SELECT record FROM logbook ORDER BY generation")]
 
     def last_write_s(self) -> float | None:
         """Unix time (s) of the newest record of any kind, or None for an empty store."""

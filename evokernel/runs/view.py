@@ -12,7 +12,7 @@ import dataclasses
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,7 @@ class RunView:
     completed_generations: list[int]
     llm_usage: dict[str, float]
     last_write_s: float | None
+    logbook: list[dict[str, Any]] = field(default_factory=list)   # DEAP Logbook records
 
     # -- lookups ----------------------------------------------------------------------------
     def entry(self, cid: str) -> Entry | None:
@@ -208,6 +209,7 @@ def load_run(run_dir: str | Path) -> RunView:
         completed = [g["generation"] for g in store.generations()]
         usage = store.llm_usage()
         last = store.last_write_s()
+        logbook = store.logbook()
     finally:
         store.close()
     entries = [Entry(c, results.get(cid)) for cid, c in cands.items()]
@@ -216,7 +218,8 @@ def load_run(run_dir: str | Path) -> RunView:
                        problem, dict) else str(problem),
                    device=meta.get("device") or {}, config=config, entries=entries,
                    generations=_generation_rows(entries, set(completed)),
-                   completed_generations=completed, llm_usage=usage, last_write_s=last)
+                   completed_generations=completed, llm_usage=usage, last_write_s=last,
+                   logbook=logbook)
 
 
 def _generation_rows(entries: list[Entry], complete: set[int]) -> list[GenerationRow]:

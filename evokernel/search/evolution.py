@@ -1,21 +1,26 @@
 """The DEAP (mu + lambda) search over kernels.
 
-Each generation: plan every operator call first (parents by tournament, operator by the
-crossover/mutation split), run all the calls concurrently (LLM calls are I/O-bound), evaluate the
-offspring as one batch, send failures to the repair operator, then keep the ``population_size``
-fastest correct kernels (DEAP ``selBest``) as the next parents. A hall of fame keeps the best
-kernels ever seen. With ``SearchConfig.islands`` > 1 each island is such a population; all
-islands' calls of a generation are made at once, and every ``migration_interval`` generations
-the best kernels move one island along a ring (evokernel.search.variation.migrate_ring).
+Each generation: plan every operator call first (evokernel.search.variation: the varOr split,
+parents by DEAP's ``selTournament`` and different across calls, an idea category and a call index
+per call), make the calls in two phases (all ideas first, near-duplicates across the generation
+dropped, then all implementations and other calls: LLM calls are I/O-bound and run at once),
+evaluate the offspring as one batch through ``toolbox.map(toolbox.evaluate, ...)``, send
+failures to the repair operator, then keep ``population_size`` kernels with ``toolbox.select``
+(by default the fittest of each archive cell first, evokernel.search.archive). A hall of fame
+keeps the best kernels ever seen; a DEAP ``Logbook`` records each generation's statistics (kept
+in the run store, shown by ``evokernel show``). With ``SearchConfig.islands`` > 1 each island is
+such a population; all islands' calls of a generation are made at once, and every
+``migration_interval`` generations DEAP's ``migRing`` moves the best kernels one island along.
+
+``Evolution.toolbox`` is a ``deap.base.Toolbox`` (evokernel.search.toolbox lists its aliases):
+register your own ``mutate``, ``mate``, ``select``, ``evaluate`` or ``map`` on it before ``run``.
 
 The run store is written as each candidate finishes; a killed run resumes from its last complete
 generation and re-evaluates nothing (``Evolution.run(resume=True)``). What resume needs is saved
-with each generation: the surviving population and the RNG state (with islands, the RNG state
-and every island's population, as ``{"rng": state, "islands": [[id, ...], ...]}``).
-
-The batch LLM mode (``llm_batch``, evokernel.llm.batch_mode) hooks in after each round of calls
-(``_batch_round``): uncached requests are written out and the run stops before the round is
-evaluated (``stopped == "llm_batch"``); a resume makes the same calls, answered from the cache.
+with each generation: the surviving population and the state of the run's RNG, which DEAP's
+operators draw from as the global ``random`` (with islands, the RNG state and every island's
+population, as ``{"rng": state, "islands": [[id, ...], ...]}``). The archive, the lineages and
+the Logbook are rebuilt from the store.
 """
 from __future__ import annotations
 
@@ -29,14 +34,24 @@ from deap import base, tools
 from loguru import logger
 
 from evokernel.config import RunConfig
-from evokernel.errors import ConfigError, LLMError, LLMPending, NoGPUError
+from evokernel.errors import ConfigError, LLMPending, NoGPUError
 from evokernel.engine.evaluator import Evaluator
-from evokernel.operators.base import (Attempt, Crossover, Mutation, RepairOperator,
-                                      SearchContext)
+from evokernel.operators.base import Crossover, Mutation, RepairOperator, SearchContext
 from evokernel.problem import Problem, load_problem
 from evokernel.records import Candidate, EvalResult, Reason
 from evokernel.runs.store import RunStore
-from evokernel.search.variation import Plan, migrate_ring, plan, run_plans
+from evokernel.search.archive import Archive, sel_niches
+from evokernel.search.contexts import GenerationContexts
+from evokernel.search.runstate import (GenerationStats, RunResult, discard_if_empty,
+                                       raise_if_every_llm_call_failed, saved_state)
+from evokernel.search.toolbox import (Individual, KernelEvaluation, OperatorChoice,
+                                      SpeedupFitness, batch_map, logbook_record, new_logbook,
+                                      seeded_global_random)
+from evokernel.search.variation import (Plan, migrate_ring, number_calls, plan_island,
+                                        run_calls)
+
+__all__ = ["Evolution", "GenerationStats", "Individual", "REPAIRABLE", "RunResult",
+           "SpeedupFitness"]
 
 #: Rejections worth one LLM repair attempt (not hangs, crashes or cheats).
 REPAIRABLE = frozenset({
@@ -44,56 +59,6 @@ REPAIRABLE = frozenset({
     Reason.DTYPE_MISMATCH, Reason.NON_FINITE, Reason.LOWER_PRECISION,
     Reason.ACCUMULATION_ERROR, Reason.UNSTABLE_DISTRIBUTION, Reason.WRONG_FUNCTION,
     Reason.OUT_OF_MEMORY, Reason.CUDA_FAULT, Reason.NONDETERMINISTIC})
-
-
-class SpeedupFitness(base.Fitness):
-    """DEAP fitness: one objective, speedup over the baseline, maximized. Failures get 0."""
-
-    weights = (1.0,)
-
-
-class Individual:
-    """A DEAP individual: a candidate and its ``(speedup,)`` fitness."""
-
-    __slots__ = ("candidate", "fitness")
-
-    def __init__(self, candidate: Candidate, speedup: float):
-        self.candidate = candidate
-        self.fitness = SpeedupFitness((speedup,))
-
-    def __repr__(self) -> str:
-        return f"Individual({self.candidate.id}, {self.fitness.values[0]:.3f}x)"
-
-
-@dataclass(frozen=True)
-class GenerationStats:
-    """What one generation produced. ``best_speedup`` is the best in the population so far.
-    ``population`` holds every island's survivors (each id once); ``islands`` each island's."""
-
-    generation: int
-    best_id: str | None
-    best_speedup: float
-    valid: int
-    total: int
-    population: tuple[str, ...]
-    tokens: int = 0
-    cost_usd: float = 0.0
-    islands: tuple[tuple[str, ...], ...] = ()
-
-
-@dataclass
-class RunResult:
-    """A finished (or budget-stopped) search."""
-
-    run_dir: Path
-    generations: list[GenerationStats]
-    hall_of_fame: list[tuple[Candidate, EvalResult]]
-    stopped: str = "completed"                 # or "budget", or "llm_batch" (requests out)
-    best_path: Path | None = None
-
-    @property
-    def best(self) -> tuple[Candidate, EvalResult] | None:
-        return self.hall_of_fame[0] if self.hall_of_fame else None
 
 
 @dataclass
@@ -106,11 +71,15 @@ class Evolution:
             3 generations, no LLM).
         mutations / crossovers / repair: operators (see evokernel.operators). Default: with a
             model configured, IdeaMutation + TuneMutation, LLMCrossover, Repair; without one,
-            TuneMutation only.
+            TuneMutation only. They become the toolbox's ``mutate`` and ``mate``.
         evaluator: default CudaEvaluator on every visible GPU.
         llm: default an LLMClient from config.llm when a model is set.
         on_generation: called after every generation with its GenerationStats.
-        llm_batch: an evokernel.llm.batch_mode.BatchMode (``--llm-batch``): see the module doc.
+    Attributes:
+        toolbox: the DEAP toolbox (evokernel.search.toolbox): ``evaluate``, ``map``, ``mutate``,
+            ``mate``, ``select``, ``select_parents``; register your own before ``run``.
+    Raises:
+        ConfigError: neither a mutation nor a crossover.
     """
 
     problem: Problem | str
@@ -122,7 +91,7 @@ class Evolution:
     llm: Any = None
     on_generation: Callable[[GenerationStats], None] | None = None
     llm_batch: Any = None
-    _history: list[GenerationStats] = field(default_factory=list, init=False, repr=False)
+    toolbox: base.Toolbox = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
@@ -142,10 +111,25 @@ class Evolution:
             self.repair = Repair()
         if not self.mutations and not self.crossovers:
             raise ConfigError("Evolution needs at least one mutation or crossover operator")
+        self.toolbox = self._default_toolbox()
+
+    def _default_toolbox(self) -> base.Toolbox:
+        tb = base.Toolbox()
+        self._evaluation = KernelEvaluation()
+        tb.register("evaluate", self._evaluation)
+        tb.register("map", batch_map)
+        if self.mutations:
+            tb.register("mutate", OperatorChoice(self.mutations))
+        if self.crossovers:
+            tb.register("mate", OperatorChoice(self.crossovers))
+        tb.register("select", sel_niches, niche=self._niche)
+        tb.register("select_parents", tools.selTournament, tournsize=2)
+        return tb
 
     # ---------------------------------------------------------------------------------------
     def run(self, resume: bool = False) -> RunResult:
-        """Run (or resume) the search; returns when all generations ran or the budget is spent.
+        """Run (or resume) the search; returns when all generations ran, the LLM budget is spent,
+        or (batch LLM mode) a generation's requests were written out (``stopped``).
 
         Raises:
             ConfigError: bad config, an existing run dir without ``resume``, or no seed kernel
@@ -154,6 +138,8 @@ class Evolution:
         """
         problem: Problem = self.problem  # type: ignore[assignment]
         cfg = self.config
+        if not (hasattr(self.toolbox, "mutate") or hasattr(self.toolbox, "mate")):
+            raise ConfigError("Evolution.toolbox has neither 'mutate' nor 'mate' registered")
         run_dir = Path(cfg.run_dir or f"runs/{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         sends = self.llm_batch is None or self.llm_batch.submit   # batch export: nothing sent
         if self.llm is None and cfg.llm.model is not None and not resume and sends:
@@ -164,7 +150,7 @@ class Evolution:
                                   "provider's key from the environment), or pass --api-base for "
                                   "a local server")
         if self.evaluator is None:
-            _require_gpu()                        # before any folder is made
+            require_gpu()                         # before any folder is made
         created = not run_dir.exists()
         if resume:
             store = RunStore(run_dir)
@@ -173,8 +159,7 @@ class Evolution:
             store = RunStore.create(run_dir, cfg, problem)
         self._store = store
         self._search = cfg.search        # a resumed run goes on with the config it started with
-        self._fitness_key = (lambda r: r.compile_speedup) if \
-            cfg.evaluation.baseline == "compile" else (lambda r: r.speedup)
+        self._by_compile = cfg.evaluation.baseline == "compile"
         if self.llm is None and cfg.llm.model is not None:
             from evokernel.llm.client import LLMClient
             self.llm = LLMClient(cfg.llm, cache_path=run_dir / "llm_cache.sqlite",
@@ -191,16 +176,15 @@ class Evolution:
                     problem, cfg.evaluation,
                     compile_ms=store.compile_baseline_ms() if resume else None)
             except BaseException:
-                _discard_if_empty(store, run_dir, created)
+                discard_if_empty(store, run_dir, created)
                 raise
+        self._evaluation.evaluator = self.evaluator
+        self._evaluation.on_result = self._record_result
         try:
             store.set_meta("device", self.evaluator.info)
-            self._history = []              # this call's generations (_loop appends)
             return self._loop(problem, cfg, store, run_dir)
-        except LLMPending as e:        # the batch mode wrote a round's requests out
-            return self._stopped_for_batch(run_dir, e)
         except BaseException:
-            _discard_if_empty(store, run_dir, created)
+            discard_if_empty(store, run_dir, created)
             raise
         finally:
             if owns_evaluator:
@@ -211,13 +195,16 @@ class Evolution:
         sc = cfg.search
         self._candidates = store.candidates()
         self._results = store.results()
+        self._stored: set[str] = set(self._results)
+        self._archive = Archive(self._fitness_of)
         rng = random.Random(sc.seed)
         hof = tools.HallOfFame(maxsize=10, similar=lambda a, b: a.candidate.id == b.candidate.id)
-        history: list[GenerationStats] = self._history  # the batch mode's stop returns them
+        history: list[GenerationStats] = []
+        self._logbook = new_logbook(store.logbook())
         done = store.generations()
         if done:
             last = done[-1]
-            state, island_ids = _saved_state(last["rng_state"], last["population"])
+            state, island_ids = saved_state(last["rng_state"], last["population"])
             islands = [[self._individual(self._candidates[i]) for i in ids]
                        for ids in island_ids]
             rng.setstate(state)
@@ -226,7 +213,11 @@ class Evolution:
                         if c.id in self._results])
             logger.info("resuming {} after generation {}", run_dir, last["generation"])
         else:
-            initial = [self._individual(c) for c in self._evaluate(self._initial(problem))]
+            first = self._batch_round(lambda: self._initial(problem), 0, rng)
+            if first is None:
+                return RunResult(run_dir=run_dir, generations=history, hall_of_fame=[],
+                                 stopped="llm_batch", best_path=None, logbook=self._logbook)
+            initial = self._evaluate(first)
             islands = [list(initial) for _ in range(sc.islands)]
             hof.update(initial)
             history.append(self._end_generation(0, islands, initial, rng))
@@ -237,29 +228,11 @@ class Evolution:
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)
                 break
-            plans = [p for k, pop in enumerate(islands)
-                     for p in plan(pop, rng, sc.offspring_per_generation,
-                                   mutations=self.mutations or (),
-                                   crossovers=self.crossovers or (),
-                                   crossover_prob=sc.crossover_prob, island=k)]
-            offspring: list[list[Individual]] = [[] for _ in islands]
-            before = dict(self.llm.usage) if self.llm is not None else {}
-            new = self._vary(plans, gen, offspring)
-            self._check_llm(before, gen)
-            for _ in range(sc.repair_attempts if self.repair else 0):
-                # Each round repairs the previous round's children that failed fixably.
-                plans = [Plan(self.repair, (i.candidate,), rng.getrandbits(64),
-                              self._results[i.candidate.id], island=k)
-                         for k, batch in enumerate(new) for i in batch
-                         if self._results[i.candidate.id].reason in REPAIRABLE]
-                if not plans:
-                    break
-                new = self._vary(plans, gen, offspring)
-            islands = [self._select(pop + kids, sc.population_size)
-                       for pop, kids in zip(islands, offspring)]
-            if sc.islands > 1 and gen % sc.migration_interval == 0:
-                islands = migrate_ring(islands, sc.migrants, sc.population_size,
-                                       lambda i: self._results[i.candidate.id].accepted)
+            offspring = self._batch_round(lambda: self._offspring(gen, islands, rng), gen, rng)
+            if offspring is None:
+                stopped = "llm_batch"
+                break
+            islands = self._survivors(gen, islands, offspring, rng)
             everyone = [i for kids in offspring for i in kids]
             hof.update(everyone)
             history.append(self._end_generation(gen, islands, everyone, rng))
@@ -267,11 +240,46 @@ class Evolution:
         fame = [(i.candidate, self._results[i.candidate.id]) for i in hof
                 if self._results[i.candidate.id].accepted]
         return RunResult(run_dir=run_dir, generations=history, hall_of_fame=fame,
-                         stopped=stopped, best_path=best_path)
+                         stopped=stopped, best_path=best_path, logbook=self._logbook)
+
+    # -- the batch LLM mode (--llm-batch) --------------------------------------------------------
+    def _batch_round(self, calls: Callable[[], Any], gen: int, rng: random.Random) -> Any:
+        """``calls()`` (a round of operator calls, then its evaluation) with the batch mode's
+        requests handled. Without the batch mode, or with every reply in the cache: its result.
+        Pending and submitted (``--llm-batch-submit``): the round is made again from the
+        cache, with the run's RNG as it was, so that it plans the same calls. Pending and
+        written out: None, before anything of the round was evaluated; its RNG state is not
+        saved, so --resume plans the same calls again and finds the replies in the reply cache
+        once `evokernel llm import` has filled it."""
+        state = rng.getstate()
+        while True:
+            try:
+                return calls()
+            except LLMPending as e:
+                if self.llm_batch is None:    # a client of its own wrote the requests out
+                    logger.warning("generation {}: {}; the run stops here", gen, e)
+                    return None
+                try:
+                    again = self.llm_batch.flush(self._store, gen, self.llm)
+                except LLMPending as written:
+                    logger.warning("generation {}: {}; the run stops here (resume it after the "
+                                   "batch replies are imported)", gen, written)
+                    return None
+                if not again:
+                    logger.warning("generation {}: {} and nothing was written out", gen, e)
+                    return None
+                rng.setstate(state)
 
     # -- pieces -------------------------------------------------------------------------------
+    def _fitness_of(self, result: EvalResult) -> float:
+        """A verdict's fitness: speedup over the run's baseline (eager, or torch.compile)."""
+        return result.compile_speedup if self._by_compile else result.speedup
+
     def _individual(self, cand: Candidate) -> Individual:
-        return Individual(cand, self._fitness_key(self._results[cand.id]))
+        return Individual(cand, self._fitness_of(self._results[cand.id]))
+
+    def _niche(self, individual: Individual) -> Any:
+        return self._archive.niche(individual.candidate.id)
 
     def _initial(self, problem: Problem) -> list[Candidate]:
         if problem.seed_source is not None:
@@ -282,98 +290,120 @@ class Evolution:
                               f"{problem.path.parent / 'seeds' / problem.path.name}) and no LLM "
                               "to write one: pass --seed-kernel KERNEL.py or --model provider/name")
         from evokernel.operators import SeedPort
-        port = self._batch_round(
-            lambda: SeedPort()(problem, self._context(0, random.Random(self._search.seed))), 0)
+        port = SeedPort()(problem, SearchContext(
+            problem=problem, generation=0, rng=random.Random(self._search.seed), llm=self.llm,
+            device=dict(self.evaluator.info) if self.evaluator else {}))
         if not port:
             raise ConfigError(f"{problem.path}: the LLM wrote no first kernel")
         return port
 
-    def _evaluate(self, cands: list[Candidate]) -> list[Candidate]:
-        """Store and evaluate the candidates not evaluated yet; return them all, in order."""
+    def _record_result(self, r: EvalResult) -> None:
+        """The evaluator's on_result: store each verdict as it comes."""
+        self._store.add_result(r)
+        self._stored.add(r.candidate_id)
+
+    def _evaluate(self, cands: list[Candidate]) -> list[Individual]:
+        """Store the candidates, evaluate those without a verdict through ``toolbox.map(
+        toolbox.evaluate, ...)`` (DEAP's invalid-fitness idiom), and return them all as
+        individuals with their fitness, in order, each id once.
+
+        Raises: ConfigError when the toolbox's evaluate or map does not give one EvalResult
+            per individual.
+        """
         unique = list({c.id: c for c in cands}.values())
         for c in unique:
             self._store.add_candidate(c)
             self._candidates.setdefault(c.id, c)
-        todo = [c for c in unique if c.id not in self._results]
-        if todo:
-            assert self.evaluator is not None
-            for r in self.evaluator.evaluate(todo, on_result=self._store.add_result):
+        individuals = [Individual(c, None if c.id not in self._results
+                                  else self._fitness_of(self._results[c.id])) for c in unique]
+        invalid = [i for i in individuals if not i.fitness.valid]
+        if invalid:
+            verdicts = list(self.toolbox.map(self.toolbox.evaluate, invalid))
+            if len(verdicts) != len(invalid):
+                raise ConfigError(f"toolbox.map(toolbox.evaluate, ...) gave {len(verdicts)} "
+                                  f"results for {len(invalid)} individuals")
+            for ind, r in zip(invalid, verdicts):
+                if not isinstance(r, EvalResult) or r.candidate_id != ind.candidate.id:
+                    raise ConfigError(f"toolbox.evaluate gave {type(r).__name__} for candidate "
+                                      f"{ind.candidate.id}; it must return that candidate's "
+                                      "EvalResult")
+                if r.candidate_id not in self._stored:
+                    self._record_result(r)
                 self._results[r.candidate_id] = r
-        return unique
+                ind.fitness.values = (self._fitness_of(r),)
+        return individuals
 
-    def _context(self, gen: int, rng: random.Random) -> SearchContext:
-        older = {cid: c for cid, c in self._candidates.items() if c.generation < gen}
-        results = {cid: r for cid, r in self._results.items() if cid in older}
-        attempts = [Attempt(idea=c.idea, operator=c.operator,
-                            speedup=self._fitness_key(results[cid]),
-                            reason=results[cid].reason.value)
-                    for cid, c in older.items() if cid in results and c.operator != "seed"]
+    def _offspring(self, gen: int, islands: list[list[Individual]],
+                   rng: random.Random) -> list[list[Individual]]:
+        """Plan, make and evaluate generation ``gen``'s calls, then its repair rounds; returns
+        each island's offspring (repairs included).
+
+        Raises: LLMPending (batch LLM mode) before anything of the generation is evaluated.
+        """
         sc = self._search
-        return SearchContext(problem=self.problem, generation=gen, rng=rng,  # type: ignore[arg-type]
-                             llm=self.llm, results=results, history=attempts,
-                             seen_ids=frozenset(older),
-                             device=dict(self.evaluator.info) if self.evaluator else {},
-                             ideas_per_call=sc.ideas_per_call,
-                             implementations_per_idea=sc.implementations_per_idea)
+        lambda_, cxpb = sc.offspring_per_generation, sc.crossover_prob    # DEAP's names
+        view = GenerationContexts(
+            generation=gen, candidates=self._candidates, results=self._results,
+            fitness=self._fitness_of, problem=self.problem, llm=self.llm,   # type: ignore[arg-type]
+            device=self.evaluator.info if self.evaluator else {}, search=sc)
+        with seeded_global_random(rng):
+            plans = [p for k, pop in enumerate(islands)
+                     for p in plan_island(pop, self.toolbox, view.lineage.related,
+                                          lambda_=lambda_, cxpb=cxpb, mutpb=1.0 - cxpb,
+                                          island=k)]
+        plans = number_calls(plans, first_index=0, generation=gen)
+        offspring: list[list[Individual]] = [[] for _ in islands]
+        before = dict(self.llm.usage) if self.llm is not None else {}
+        new = self._vary(plans, view, offspring)
+        raise_if_every_llm_call_failed(self.llm, before, gen)
+        calls = len(plans)
+        for _ in range(sc.repair_attempts if self.repair else 0):
+            # Each round repairs the previous round's children that failed fixably.
+            plans = [Plan(self.repair, (i.candidate,), rng.getrandbits(64),
+                          self._results[i.candidate.id], island=k)
+                     for k, batch in enumerate(new) for i in batch
+                     if self._results[i.candidate.id].reason in REPAIRABLE]
+            if not plans:
+                break
+            plans = number_calls(plans, first_index=calls, generation=gen, categories=False)
+            calls += len(plans)
+            new = self._vary(plans, view, offspring)
+        return offspring
 
-    def _vary(self, plans: list[Plan], gen: int,
+    def _vary(self, plans: list[Plan], view: GenerationContexts,
               offspring: list[list[Individual]]) -> list[list[Individual]]:
-        """Make the planned calls at once, evaluate all their children as one batch, and add
-        each child to its plan's island in ``offspring``. Returns the new children by island."""
-        seen = {cid for cid, c in self._candidates.items() if c.generation < gen}
-        batches = self._batch_round(lambda: run_plans(
-            plans, lambda p: self._context(gen, random.Random(p.seed)), set(seen)), gen)
-        self._evaluate([c for batch in batches for c in batch])
+        """Make the planned calls, evaluate all their children as one batch, and add each child
+        to its plan's island in ``offspring``. Returns the new children by island."""
+        outcome = run_calls(plans, view.context, set(view.seen))
+        individuals = {i.candidate.id: i for i in
+                       self._evaluate([c for batch in outcome.children for c in batch])}
         new: list[list[Individual]] = [[] for _ in offspring]
-        for p, batch in zip(plans, batches):
-            new[p.island] += [self._individual(c) for c in batch]
+        for p, batch in zip(plans, outcome.children):
+            new[p.island] += [individuals[c.id] for c in batch]
         for kids, more in zip(offspring, new):
             kids += more
         return new
 
-    # -- the batch LLM mode (--llm-batch) ---------------------------------------------------
-    def _batch_round(self, calls: Callable[[], Any], gen: int) -> Any:
-        """``calls()`` (a round of operator calls) with the batch mode's requests handled: none
-        pending, its result; pending and submitted, the round made again from the cache;
-        pending and written out, LLMPending (raised by BatchMode.flush), before anything of the
-        round is stored or evaluated."""
-        while True:
-            out = calls()
-            if self.llm_batch is None or not self.llm_batch.flush(self._store, gen, self.llm):
-                return out
-
-    def _stopped_for_batch(self, run_dir: Path, pending: LLMPending) -> RunResult:
-        """The RunResult of a run stopped by the batch mode: the generations this call
-        completed, the best accepted kernels so far."""
-        logger.info("stopping for the LLM batch: {}", pending)
-        accepted = [c for cid, c in self._candidates.items()
-                    if cid in self._results and self._results[cid].accepted]
-        accepted.sort(key=lambda c: -self._fitness_key(self._results[c.id]))
-        return RunResult(run_dir=run_dir, generations=list(self._history),
-                         hall_of_fame=[(c, self._results[c.id]) for c in accepted[:10]],
-                         stopped="llm_batch", best_path=self._store.export_best())
-
-    def _check_llm(self, before: dict[str, Any], gen: int) -> None:
-        """Stop the run when every LLM call of this generation failed (a wrong key, a dead
-        endpoint): going on would quietly turn an LLM search into a tune-only one.
-
-        Raises: LLMError naming the last error; the store keeps everything for --resume.
-        """
-        if self.llm is None:
-            return
-        after = self.llm.usage
-        answered = (after.get("calls", 0) + after.get("cache_hits", 0)
-                    - before.get("calls", 0) - before.get("cache_hits", 0))
-        failed = after.get("errors", 0) - before.get("errors", 0)
-        if failed and not answered:
-            raise LLMError(f"generation {gen}: all {failed} LLM calls failed; last error: "
-                           f"{getattr(self.llm, 'last_error', None) or 'unknown'}. Fix the model "
-                           "or key, then continue with `evokernel run --resume RUN_DIR`")
-
-    def _select(self, individuals: list[Individual], mu: int) -> list[Individual]:
-        unique = list({i.candidate.id: i for i in individuals}.values())
-        valid = [i for i in unique if self._results[i.candidate.id].accepted]
-        return tools.selBest(valid or unique, mu)
+    def _survivors(self, gen: int, islands: list[list[Individual]],
+                   offspring: list[list[Individual]], rng: random.Random
+                   ) -> list[list[Individual]]:
+        """(mu + lambda) survival on each island with ``toolbox.select`` over the accepted
+        kernels (all of them when none is accepted), then ring migration when it is due."""
+        sc = self._search
+        mu = sc.population_size                                            # DEAP's name
+        self._archive = Archive.rebuild(
+            {cid: c for cid, c in self._candidates.items() if c.generation <= gen},
+            self._results, self._fitness_of)
+        with seeded_global_random(rng):
+            out = []
+            for pop, kids in zip(islands, offspring):
+                unique = list({i.candidate.id: i for i in pop + kids}.values())
+                valid = [i for i in unique if self._results[i.candidate.id].accepted]
+                out.append(list(self.toolbox.select(valid or unique, mu)))
+            if sc.islands > 1 and gen % sc.migration_interval == 0:
+                out = migrate_ring(out, sc.migrants,
+                                   lambda i: self._results[i.candidate.id].accepted)
+        return out
 
     def _end_generation(self, gen: int, islands: list[list[Individual]],
                         offspring: list[Individual], rng: random.Random) -> GenerationStats:
@@ -388,23 +418,23 @@ class Evolution:
             tokens=int(usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)),
             cost_usd=float(usage.get("cost_usd", 0.0)),
             islands=tuple(tuple(i.candidate.id for i in pop) for pop in islands))
+        if gen == 0:
+            self._archive = Archive.rebuild(self._candidates, self._results, self._fitness_of)
+        record = logbook_record(gen, population, nevals=len(offspring), accepted=valid,
+                                cells=len(self._archive), tokens=stats.tokens)
+        self._logbook.record(**record)
         # One population: the plain RNG state (the original format). Islands: every island too.
         state: Any = rng.getstate() if len(islands) == 1 else \
             {"rng": rng.getstate(), "islands": [list(ids) for ids in stats.islands]}
         self._store.end_generation(gen, list(stats.population), stats.best_id,
-                                   stats.best_speedup, valid, len(offspring), state)
+                                   stats.best_speedup, valid, len(offspring), state,
+                                   logbook=record)
         if self.on_generation is not None:
             self.on_generation(stats)
         return stats
 
 
-def _rng_state(state: Any) -> tuple[Any, ...]:
-    """random.Random state from its JSON form (lists back to tuples)."""
-    version, internal, gauss = state
-    return (version, tuple(internal), gauss)
-
-
-def _require_gpu() -> None:
+def require_gpu() -> None:
     """Raises NoGPUError when the default evaluator (CudaEvaluator) would find no GPU."""
     import torch
     if not torch.cuda.is_available():
@@ -412,28 +442,3 @@ def _require_gpu() -> None:
                          "PyTorch sees none here; nothing was created. Pass evaluator=... to run "
                          "without one (evokernel.demo.fake_evaluator.FakeEvaluator is a "
                          "demonstration: its numbers are not measurements)")
-
-
-def _discard_if_empty(store: RunStore, run_dir: Path, created: bool) -> None:
-    """Remove a run directory this run created when it failed before any candidate had a
-    verdict (no GPU, a problem that cannot be set up), so that the same command can be retried;
-    a run with results is kept for --resume."""
-    if not created or store.read_only:
-        return
-    try:
-        empty = not store.results()
-    except Exception:
-        return
-    if empty:
-        import shutil
-        store.close()
-        shutil.rmtree(run_dir, ignore_errors=True)
-        logger.info("{}: removed (the run failed before evaluating anything)", run_dir)
-
-
-def _saved_state(state: Any, population: list[str]) -> tuple[tuple[Any, ...], list[list[str]]]:
-    """The RNG state and the islands' populations (ids) saved with a generation: a plain RNG
-    state with one population, or ``{"rng": state, "islands": [[id, ...], ...]}``."""
-    if isinstance(state, dict):
-        return _rng_state(state["rng"]), [list(ids) for ids in state["islands"]]
-    return _rng_state(state), [list(population)]

@@ -28,7 +28,7 @@ def no_gpu_needed(monkeypatch):
 
 
 RUN = ["run", "softmax", "--model", "openai/frontier-stand-in", "--generations", "1",
-       "--population", "2", "--offspring", "2", "--ideas", "2", "--implementations", "1",
+       "--population", "2", "--offspring", "4", "--ideas", "2", "--implementations", "1",
        "--no-compile-baseline"]
 
 

@@ -66,34 +66,68 @@ def test_headline_runs_every_problem_and_writes_the_table(tmp_path, capsys):
         headline.main(FAKE + ["--problems", "nope", "--run-root", str(tmp_path / "x")])
 
 
-def test_ablation_runs_both_arms_under_the_same_budget(tmp_path):
+def test_ablation_runs_four_arms_under_the_same_budget(tmp_path):
     budget = 300            # litellm's mock replies count 30 tokens a call: about 10 calls
     data = ablation_branching.main(["softmax", *FAKE, "--budget-tokens", str(budget),
-                                    "--k", "2", "--m", "2", "--offspring", "2",
+                                    "--k", "2", "--m", "2", "--population", "2",
+                                    "--offspring", "2", "--seeds", "0,1",
                                     "--run-root", str(tmp_path)])
-    arms = {r["arm"]: r for r in data["arms"]}
-    assert set(arms) == {"sequential", "branching"}
-    for r in arms.values():
+    rows = data["arms"]
+    assert {(r["arm"], r["seed"]) for r in rows} == {(a, s) for a in ablation_branching.ARMS
+                                                      for s in (0, 1)}
+    arms = {r["arm"]: r for r in rows if r["seed"] == 0}
+    for r in rows:
         assert r["stopped"] == "budget"
-        assert budget <= r["tokens"] <= budget + 16 * 30     # at most the calls in flight over
+        assert budget <= r["tokens"] <= budget + 16 * 30     # at most one generation's calls over
         gens = r["per_generation"]
         assert [g["generation"] for g in gens] == list(range(len(gens)))
         best = [g["best_speedup"] for g in gens]
         assert best == sorted(best) and best[-1] == pytest.approx(r["best_speedup"])
         assert all(g["tokens"] is not None for g in gens)
-        assert r["distinct_ideas"] >= 1 and r["candidates"] > 1
-        cands = RunStore(r["run_dir"]).candidates().values()
-        assert {c.operator for c in cands} <= {"seed", "idea", "repair"}
-    seq, branch = arms["sequential"], arms["branching"]
+        assert [b for _, b in r["best_so_far"]] == best
+    stores = {a: RunStore(r["run_dir"]) for a, r in arms.items()}
+    cands = {a: st.candidates() for a, st in stores.items()}
+    # best_of_n: every sample is written for the seed kernel, which stays the only parent
+    seed_id = next(c.id for c in cands["best_of_n"].values() if c.operator == "seed")
+    assert all(c.parent_ids == (seed_id,) for c in cands["best_of_n"].values()
+               if c.operator == "idea")
+    assert all(g["population"] == [seed_id] for g in stores["best_of_n"].generations())
     # sequential: one idea and one implementation per generation, so more, smaller generations
-    assert seq["generations"] > branch["generations"]
-    seq_gen = [c for c in RunStore(seq["run_dir"]).candidates().values() if c.operator == "idea"]
-    assert all(sum(c.generation == g for c in seq_gen) <= 1 for g in range(seq["generations"] + 1))
+    seq = [c for c in cands["sequential"].values() if c.operator == "idea"]
+    assert all(sum(c.generation == g for c in seq) <= 1 for g in range(arms["sequential"]
+                                                                         ["generations"] + 1))
+    assert arms["sequential"]["generations"] > arms["branching"]["generations"]
+    # branching: the best two kernels so far are the next seeds (DEAP's selBest)
+    results = stores["branching"].results()
+    for g in stores["branching"].generations():
+        so_far = sorted((results[c.id].speedup for c in cands["branching"].values()
+                         if c.generation <= g["generation"] and results[c.id].accepted),
+                        reverse=True)
+        assert sorted((results[i].speedup for i in g["population"]), reverse=True) == \
+            pytest.approx(so_far[:2])
+    for arm in ("best_of_n", "sequential", "branching"):
+        assert {c.operator for c in cands[arm].values()} <= {"seed", "idea", "repair"}
+    assert "tune" in {c.operator for c in cands["evokernel"].values()}   # the default operators
     report = (tmp_path / "ablation.md").read_text()
-    assert "| sequential |" in report and "| branching |" in report
+    for arm in ablation_branching.ARMS:
+        assert f"| {arm} | 0 |" in report and f"| {arm} | 1 |" in report
+    assert "NOT measurements" in report and "not a model's ideas" in report
+    assert (tmp_path / "ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "ablation.json").read_text())["budget_tokens"] == budget
     with pytest.raises(SystemExit):
         ablation_branching.main(["softmax", "--evaluator", "fake", "--budget-tokens", "10"])
+    with pytest.raises(SystemExit):
+        ablation_branching.main(["softmax", *FAKE, "--budget-tokens", "10", "--arms", "nope"])
+
+
+def test_ablation_curves_are_running_maxima_and_their_mean_a_step_function():
+    points = [{"tokens": 0, "best_speedup": 1.0}, {"tokens": 60, "best_speedup": 0.5},
+              {"tokens": 90, "best_speedup": 2.0}]
+    curve = ablation_branching.best_so_far(points)
+    assert curve == [(0, 1.0), (60, 1.0), (90, 2.0)]
+    other = [(30, 3.0)]
+    assert ablation_branching.mean_curve([curve, other], [0, 30, 90]) == [0.5, 2.0, 2.5]
+    assert ablation_branching.mean_curve([], [0]) == []
 
 
 def test_headline_through_the_fake_server_and_litellms_http_path(tmp_path):

@@ -83,8 +83,10 @@ def test_batch_round_trip_gives_the_live_runs_store(tmp_path):
     gen1 = [e for e in exports if e.generation == 1]
     assert len(gen1) >= 2 and [e.round for e in gen1] == list(range(1, len(gen1) + 1))
     assert all(r["status"] == "answered" for r in batch.llm_requests())
-    # the script's failures went through too: replies without code, broken builds, repairs
+    # the script's failures went through too: broken builds and their repairs (whether a reply
+    # without code comes up depends on which calls the diversity rules make; the same as live)
     reasons = {r.reason.value for r in batch.results().values()}
-    assert {"ok", "no_code", "build_error"} <= reasons
+    assert {"ok", "build_error"} <= reasons
+    assert reasons == {r.reason.value for r in live.results().values()}
     assert "repair" in {c.operator for c in batch.candidates().values()}
     assert {r["purpose"] for r in batch.llm_requests()} >= {"ideas", "implement", "repair"}

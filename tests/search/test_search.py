@@ -183,8 +183,10 @@ def test_islands_resume_after_kill_evaluates_nothing_twice_and_matches(tmp_path)
             [(g["population"], g["rng_state"]) for g in b]
 
 
-def test_migrate_ring_replaces_the_worst_with_the_previous_islands_best():
+def test_migrate_ring_is_deaps_migring_best_replacing_worst():
     from types import SimpleNamespace
+
+    from deap import tools
 
     from evokernel.search.evolution import SpeedupFitness
     from evokernel.search.variation import migrate_ring
@@ -193,18 +195,23 @@ def test_migrate_ring_replaces_the_worst_with_the_previous_islands_best():
         return SimpleNamespace(candidate=SimpleNamespace(id=name),
                                fitness=SpeedupFitness((speedup,)))
     a, b, c, d, e, z = (ind("a", 5), ind("b", 1), ind("c", 3), ind("d", 2), ind("e", 4),
-                        ind("z", 9))
+                        ind("z", 0))
     islands = [[a, b], [c, d], [e, z]]
     accepted = lambda i: i.candidate.id != "z"      # z was rejected: it never migrates
-    out = migrate_ring(islands, 1, 2, accepted)
+    out = migrate_ring(islands, 1, accepted)
     names = [[i.candidate.id for i in pop] for pop in out]
-    assert names == [["a", "e"], ["c", "a"], ["z", "c"]]
+    assert names == [["a", "e"], ["c", "a"], ["e", "c"]]
     assert [[i.candidate.id for i in pop] for pop in islands] == [["a", "b"], ["c", "d"],
                                                                    ["e", "z"]]  # untouched
-    # a kernel already on the receiving island is not sent twice; small islands just grow
-    out = migrate_ring([[a], [a, c]], 1, 3, accepted)
-    assert [[i.candidate.id for i in pop] for pop in out] == [["a"], ["a", "c"]]
-    assert migrate_ring([[a], [c]], 0, 2, accepted) == [[a], [c]]
+    # with every kernel accepted and none already on the next island: exactly DEAP's migRing
+    plain = [[a, b], [c, d], [e, ind("y", 0.5)]]
+    deap_islands = [list(pop) for pop in plain]
+    tools.migRing(deap_islands, 1, tools.selBest, replacement=tools.selWorst)
+    assert migrate_ring(plain, 1, lambda i: True) == deap_islands
+    # a kernel already on the receiving island is not sent again: the best of the others goes
+    out = migrate_ring([[a, b], [a, c]], 1, accepted)
+    assert [[i.candidate.id for i in pop] for pop in out] == [["a", "c"], ["a", "b"]]
+    assert migrate_ring([[a], [c]], 0, accepted) == [[a], [c]]
 
 
 @pytest.mark.parametrize("bad", [dict(islands=0), dict(migration_interval=0),

@@ -23,13 +23,25 @@ class BuildingFakeEvaluator(FakeEvaluator):
         return super()._judge(c)
 
 
+NO_CODE = "I would merge these two kernels, but not without seeing a profile first."
+
+
+def replies(messages):
+    """The scripted LLM, except that a crossover's reply holds no code: the scripted replies
+    have no code one time in six, and with near-duplicate ideas dropped a run this small may
+    make too few calls to meet one, so the no-code path is made certain here."""
+    if "# Parent A" in messages[-1]["content"]:
+        return NO_CODE
+    return scripted_reply(messages)
+
+
 def run(tmp_path, name):
     llm_cfg = LLMConfig(model="openai/scripted-mock", max_concurrency=8)
     cfg = RunConfig(run_dir=str(tmp_path / name), llm=llm_cfg,
                     search=SearchConfig(population_size=3, offspring_per_generation=3,
                                         generations=3, ideas_per_call=2,
                                         implementations_per_idea=2, crossover_prob=0.34, seed=3))
-    llm = LLMClient(llm_cfg, cache_path=tmp_path / f"{name}.sqlite", mock_response=scripted_reply)
+    llm = LLMClient(llm_cfg, cache_path=tmp_path / f"{name}.sqlite", mock_response=replies)
     ev = BuildingFakeEvaluator()
     result = Evolution(problem(tmp_path), cfg, llm=llm, evaluator=ev).run()
     return result, RunStore(result.run_dir), ev

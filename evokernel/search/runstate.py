@@ -1,0 +1,100 @@
+"""What a search gives back, and what it keeps to resume: the per-generation summary, the run's
+result, the RNG state and island populations saved with each generation, and the clean-up of a
+run that failed before its first verdict."""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deap import tools
+from loguru import logger
+
+from evokernel.errors import LLMError
+from evokernel.records import Candidate, EvalResult
+from evokernel.runs.store import RunStore
+from evokernel.search.toolbox import new_logbook
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """What one generation produced. ``best_speedup`` is the best in the population so far.
+    ``population`` holds every island's survivors (each id once); ``islands`` each island's."""
+
+    generation: int
+    best_id: str | None
+    best_speedup: float
+    valid: int
+    total: int
+    population: tuple[str, ...]
+    tokens: int = 0
+    cost_usd: float = 0.0
+    islands: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass
+class RunResult:
+    """A finished (or stopped) search. ``stopped``: "completed", "budget" (the LLM budget is
+    spent) or "llm_batch" (batch LLM mode: requests written out, resume after importing the
+    replies). ``logbook``: the DEAP Logbook, one record per completed generation."""
+
+    run_dir: Path
+    generations: list[GenerationStats]
+    hall_of_fame: list[tuple[Candidate, EvalResult]]
+    stopped: str = "completed"
+    best_path: Path | None = None
+    logbook: tools.Logbook = field(default_factory=new_logbook)
+
+    @property
+    def best(self) -> tuple[Candidate, EvalResult] | None:
+        return self.hall_of_fame[0] if self.hall_of_fame else None
+
+
+
+def rng_state(state: Any) -> tuple[Any, ...]:
+    """random.Random state from its JSON form (lists back to tuples)."""
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)
+
+
+def discard_if_empty(store: RunStore, run_dir: Path, created: bool) -> None:
+    """Remove a run directory this run created when it failed before any candidate had a
+    verdict (no GPU, a problem that cannot be set up), so that the same command can be retried;
+    a run with results is kept for --resume."""
+    if not created or store.read_only:
+        return
+    try:
+        empty = not store.results()
+    except Exception:
+        return
+    if empty:
+        store.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        logger.info("{}: removed (the run failed before evaluating anything)", run_dir)
+
+
+def saved_state(state: Any, population: list[str]) -> tuple[tuple[Any, ...], list[list[str]]]:
+    """The RNG state and the islands' populations (ids) saved with a generation: a plain RNG
+    state with one population, or ``{"rng": state, "islands": [[id, ...], ...]}``."""
+    if isinstance(state, dict):
+        return rng_state(state["rng"]), [list(ids) for ids in state["islands"]]
+    return rng_state(state), [list(population)]
+
+
+def raise_if_every_llm_call_failed(llm: Any, before: dict[str, Any], gen: int) -> None:
+    """Stop the run when every LLM call of this generation failed (a wrong key, a dead
+    endpoint): going on would quietly turn an LLM search into a tune-only one.
+
+    Raises: LLMError naming the last error; the store keeps everything for --resume.
+    """
+    if llm is None:
+        return
+    after = llm.usage
+    answered = (after.get("calls", 0) + after.get("cache_hits", 0)
+                - before.get("calls", 0) - before.get("cache_hits", 0))
+    failed = after.get("errors", 0) - before.get("errors", 0)
+    if failed and not answered:
+        raise LLMError(f"generation {gen}: all {failed} LLM calls failed; last error: "
+                       f"{getattr(llm, 'last_error', None) or 'unknown'}. Fix the model "
+                       "or key, then continue with `evokernel run --resume RUN_DIR`")
