@@ -149,6 +149,14 @@ class EvalConfig:
     trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
         <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; a failed light build is
         rebuilt from the source as written; evokernel.build.headers).
+    sandbox: contain the build and GPU workers that run candidate code (evokernel.sandbox):
+        another user when evokernel is root, no network, no view of other processes,
+        read-only files except their own folder. False turns that off (said at start).
+    sandbox_user: the unprivileged account workers run as when evokernel is root: a name or
+        a uid, never root. Default "nobody"; a dedicated one (``useradd --system
+        --no-create-home evokernel-sandbox``) keeps its files apart from other programs'.
+    require_sandbox: refuse to start (SandboxError) when a containment step is not possible
+        here, instead of saying so once and going on.
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
@@ -160,6 +168,9 @@ class EvalConfig:
     cache_dir: str | None = None              # None: default_cache_dir()
     baseline: str = "eager"                   # fitness baseline: "eager" or "compile"
     measure_compile: bool = True              # also time torch.compile (reported)
+    sandbox: bool = True                      # contain workers (evokernel.sandbox)
+    sandbox_user: str = "nobody"              # who they run as when evokernel is root
+    require_sandbox: bool = False             # an error when containment is incomplete
 
     def __post_init__(self) -> None:
         for name, tp in (("gate", GateConfig), ("timing", TimingConfig)):
@@ -170,6 +181,12 @@ class EvalConfig:
             raise ConfigError("evaluation.baseline must be 'eager' or 'compile'")
         if self.baseline == "compile" and not self.measure_compile:
             raise ConfigError("evaluation.baseline='compile' needs measure_compile=True")
+        user = self.sandbox_user
+        if not isinstance(user, str) or not user.strip() or user.strip() in ("root", "0"):
+            raise ConfigError(f"evaluation.sandbox_user must name an unprivileged user (a name "
+                              f"or a uid, not root), got {user!r}")
+        if self.require_sandbox and not self.sandbox:
+            raise ConfigError("evaluation.require_sandbox=True needs sandbox=True")
 
     @property
     def cache_path(self) -> Path:

@@ -53,7 +53,8 @@ def _eval_config(args: argparse.Namespace):
                       distributions=tuple(args.distributions.split(",")),
                       seeds=tuple(range(args.gate_seeds)))
     return EvalConfig(gate=gate, measure_compile=not args.no_compile_baseline,
-                      baseline="compile" if args.vs_compile else "eager")
+                      baseline="compile" if args.vs_compile else "eager",
+                      require_sandbox=getattr(args, "require_sandbox", False))
 
 
 def _search_config(args: argparse.Namespace):
@@ -221,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--gate-seeds", type=int, default=1, help="random seeds per distribution")
         sp.add_argument("--no-compile-baseline", action="store_true",
                         help="skip timing torch.compile (saves its compile time)")
+        sp.add_argument("--require-sandbox", action="store_true",
+                        help="refuse to run candidate code unless it is fully contained "
+                             "(another user, no network, read-only files; README, Security)")
         sp.add_argument("--vs-compile", action="store_true",
                         help="fitness = speedup over torch.compile instead of eager")
 
