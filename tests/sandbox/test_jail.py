@@ -152,3 +152,40 @@ def test_a_jail_that_cannot_be_built_says_why():
     proc = _run(jail, [sys.executable, "-c", "print('ran')"])
     assert proc.returncode == JAIL_FAILED and "ran" not in proc.stdout
     assert "could not build the jail" in proc.stderr and "nonexistent-evokernel" in proc.stderr
+
+
+UNDO = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def tried(rc):
+    return "done" if rc == 0 else os.strerror(ctypes.get_errno())
+out = {"remount / rw": tried(libc.mount(None, b"/", None, ctypes.c_ulong(32 | 4096), None)),
+       "unmount the home's cover": tried(libc.umount2(sys.argv[1].encode(), 2)),
+       "unmount /tmp": tried(libc.umount2(b"/tmp", 2))}
+try:
+    open(os.path.join(sys.argv[2], "escaped"), "x").close()
+    out["write"] = "done"
+except OSError as e:
+    out["write"] = e.strerror
+print(out)
+"""
+
+
+@needs_util_linux
+@pytest.mark.parametrize("user", ["nobody", "evokernel-no-such-user"])
+def test_a_jailed_process_cannot_undo_its_jail(tmp_path, user):
+    """Not even from a user namespace of its own (``unshare -rm``), where it holds every
+    capability: the mounts it inherited are locked (user_namespaces(7)). With a sandbox user
+    and without one (a nested user namespace)."""
+    from evokernel.sandbox.support import probe
+    tmp_path.chmod(0o755)
+    c = probe(user, str(tmp_path))
+    assert c.mode == "namespaces", c.describe()
+    home = os.path.expanduser("~")
+    target = Path(__file__).resolve().parent
+    for argv in ([sys.executable, "-c", UNDO, home, str(target)],
+                 [c.unshare, "-rm", sys.executable, "-c", UNDO, home, str(target)]):
+        proc = _run(c.jail(cwd="/"), argv)
+        assert proc.returncode == 0, proc.stderr
+        assert "done" not in proc.stdout, proc.stdout
+    assert not (target / "escaped").exists()
