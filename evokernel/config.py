@@ -182,6 +182,9 @@ class EvalConfig:
         if self.baseline == "compile" and not self.measure_compile:
             raise ConfigError("evaluation.baseline='compile' needs measure_compile=True")
         user = self.sandbox_user
+        if isinstance(user, int) and not isinstance(user, bool):    # a uid from config.json
+            user = str(user)
+            object.__setattr__(self, "sandbox_user", user)
         if not isinstance(user, str) or not user.strip() or user.strip() in ("root", "0"):
             raise ConfigError(f"evaluation.sandbox_user must name an unprivileged user (a name "
                               f"or a uid, not root), got {user!r}")

@@ -120,9 +120,10 @@ def home_dirs() -> list[str]:
 
 def toolchain_paths(env: dict[str, str] | None = None) -> list[str]:
     """Folders a worker must read: Python (prefixes, ``sys.path`` but its first entry, the
-    script's folder or the working directory, ``PYTHONPATH``), evokernel and its operators and
-    problems, ``PATH`` (ninja, the host compiler), CUDA_HOME and the compilers named by CXX and
-    CC. Existing absolute paths, as given and resolved."""
+    script's folder or the working directory, ``PYTHONPATH``), the folders of the evokernel,
+    evokernel.operators and evokernel.problems packages (not the project around them, which
+    may hold other files), ``PATH`` (ninja, the host compiler), CUDA_HOME and the compilers
+    named by CXX and CC. Existing absolute paths, as given and resolved."""
     import importlib.util
     env = dict(os.environ if env is None else env)
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
@@ -132,8 +133,7 @@ def toolchain_paths(env: dict[str, str] | None = None) -> list[str]:
     paths += [env[k] for k in ("CXX", "CC") if env.get(k, "").startswith("/")]
     for name in ("evokernel", "evokernel.operators", "evokernel.problems"):
         spec = importlib.util.find_spec(name)
-        paths += [str(Path(p).parent) for p in (spec.submodule_search_locations or [])] \
-            if spec else []
+        paths += list(spec.submodule_search_locations or []) if spec else []
     nvcc = shutil.which("nvcc", path=env.get("PATH"))
     if nvcc:
         paths.append(str(Path(nvcc).resolve().parents[1]))

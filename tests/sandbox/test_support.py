@@ -25,7 +25,8 @@ def logged():
 
 def test_config_sandbox_settings():
     assert EvalConfig().sandbox and EvalConfig().sandbox_user == "nobody"
-    for user in ("root", "0", "", "  "):
+    assert EvalConfig(sandbox_user=65534).sandbox_user == "65534"
+    for user in ("root", "0", "", "  ", 0, None, True):
         with pytest.raises(ConfigError, match="sandbox_user"):
             EvalConfig(sandbox_user=user)
     with pytest.raises(ConfigError, match="require_sandbox"):
@@ -111,10 +112,13 @@ def test_a_jail_shows_the_toolchain_inside_covered_folders_only(monkeypatch):
 def test_toolchain_paths_cover_python_evokernel_and_cuda(monkeypatch):
     import sys
     import evokernel
+    pkg = os.path.dirname(os.path.realpath(evokernel.__file__))
+    monkeypatch.setattr(sys, "path", [os.path.dirname(pkg)] + [     # the first: the script's
+        p for p in sys.path if "python3" in p and not p.startswith(os.path.dirname(pkg))])
     paths = support.toolchain_paths({"PATH": "/usr/bin", "PYTHONPATH": "/nonexistent:rel",
                                      "CXX": "/usr/bin/c++"})
-    pkg = os.path.dirname(os.path.dirname(os.path.realpath(evokernel.__file__)))
     assert os.path.realpath(sys.base_prefix) in paths and pkg in paths
+    assert os.path.dirname(pkg) not in paths                  # not the project around it
     assert "/usr/bin" in paths and "/usr/bin/c++" in paths
     assert "/nonexistent" not in paths and "rel" not in paths
 
