@@ -54,7 +54,8 @@ def main(argv: list[str]) -> int:
             print(f"evokernel sandbox: could not start {command[0]}: {e}", file=sys.stderr,
                   flush=True)
         os._exit(JAIL_FAILED)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 4096)
+    limit = os.sysconf("SC_OPEN_MAX")
+    os.closerange(3, limit if limit > 0 else 4096)
     return _wait_for(pid)
 
 

@@ -33,6 +33,13 @@ def test_config_sandbox_settings():
         EvalConfig(sandbox=False, require_sandbox=True)
 
 
+def test_the_cli_flag():
+    from evokernel.cli.main import build_parser
+    for cmd in (["run", "softmax"], ["check", "softmax", "k.py"]):
+        assert build_parser().parse_args(cmd + ["--require-sandbox"]).require_sandbox
+        assert not build_parser().parse_args(cmd).require_sandbox
+
+
 @needs_util_linux
 @pytest.mark.skipif(os.geteuid() != 0, reason="the user switch is for a root evokernel")
 def test_as_root_workers_become_nobody_without_network(tmp_path, logged):
