@@ -146,9 +146,6 @@ class TimingConfig:
 class EvalConfig:
     """The evaluation engine (evokernel.engine.evaluator).
 
-    trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
-        <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; a failed light build is
-        rebuilt from the source as written; evokernel.build.headers).
     sandbox: contain the build and GPU workers that run candidate code (evokernel.sandbox):
         another user when evokernel is root, no network, no view of other processes,
         read-only files except their own folder. False turns that off (said at start).
@@ -157,10 +154,16 @@ class EvalConfig:
         --no-create-home evokernel-sandbox``) keeps its files apart from other programs'.
     require_sandbox: refuse to start (SandboxError) when a containment step is not possible
         here, instead of saying so once and going on.
+    trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
+        <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; a failed light build is
+        rebuilt from the source as written; evokernel.build.headers).
     """
 
     gate: GateConfig = field(default_factory=GateConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    sandbox: bool = True                      # contain workers (evokernel.sandbox)
+    sandbox_user: str = "nobody"              # who they run as when evokernel is root
+    require_sandbox: bool = False             # an error when containment is incomplete
     build_timeout_s: float = 600.0
     eval_timeout_s: float = 300.0
     build_workers: int | None = None          # None: one per two CPU cores
@@ -168,19 +171,12 @@ class EvalConfig:
     cache_dir: str | None = None              # None: default_cache_dir()
     baseline: str = "eager"                   # fitness baseline: "eager" or "compile"
     measure_compile: bool = True              # also time torch.compile (reported)
-    sandbox: bool = True                      # contain workers (evokernel.sandbox)
-    sandbox_user: str = "nobody"              # who they run as when evokernel is root
-    require_sandbox: bool = False             # an error when containment is incomplete
 
     def __post_init__(self) -> None:
         for name, tp in (("gate", GateConfig), ("timing", TimingConfig)):
             if not isinstance(getattr(self, name), tp):
                 raise ConfigError(f"evaluation.{name} must be a {tp.__name__}, got "
                                   f"{getattr(self, name)!r}")
-        if self.baseline not in ("eager", "compile"):
-            raise ConfigError("evaluation.baseline must be 'eager' or 'compile'")
-        if self.baseline == "compile" and not self.measure_compile:
-            raise ConfigError("evaluation.baseline='compile' needs measure_compile=True")
         user = self.sandbox_user
         if isinstance(user, int) and not isinstance(user, bool):    # a uid from config.json
             user = str(user)
@@ -190,6 +186,10 @@ class EvalConfig:
                               f"or a uid, not root), got {user!r}")
         if self.require_sandbox and not self.sandbox:
             raise ConfigError("evaluation.require_sandbox=True needs sandbox=True")
+        if self.baseline not in ("eager", "compile"):
+            raise ConfigError("evaluation.baseline must be 'eager' or 'compile'")
+        if self.baseline == "compile" and not self.measure_compile:
+            raise ConfigError("evaluation.baseline='compile' needs measure_compile=True")
 
     @property
     def cache_path(self) -> Path:

@@ -119,8 +119,8 @@ class Builder:
     """
 
     def __init__(self, cache_dir: Path, *, arch: str, timeout_s: float,
-                 workers: int | None = None, trim_headers: bool = True,
-                 sandbox: "Containment | None" = None):
+                 sandbox: "Containment | None" = None,
+                 workers: int | None = None, trim_headers: bool = True):
         _arch_digits(arch)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
