@@ -64,14 +64,14 @@ def static_check(cand: Candidate) -> EvalResult | None:
 
 
 class CudaEvaluator:
-    """Build, gate and time candidates on this machine's GPUs.
+    """Build, gate and time candidates on this machine's GPUs, in contained build and GPU
+    workers (as ``config.sandbox`` says: evokernel.sandbox).
 
     Args:
         problem: the reference problem.
         config: the evaluation config.
         devices: GPU indices to use (default: every visible GPU, one worker each).
         log_dir: where worker logs go (default: <cache>/logs).
-    Build and GPU workers are contained as ``config.sandbox`` says (evokernel.sandbox).
     Raises:
         NoGPUError: no CUDA GPU is visible.
         SandboxError: ``config.require_sandbox`` and a containment step is not possible here.
