@@ -151,12 +151,20 @@ def _outermost(paths: Sequence[str]) -> list[str]:
     return keep
 
 
+#: Linux's overflow user and group id, "nobody" (/proc/sys/kernel/overflowuid): used for the
+#: default sandbox_user where the password file has no "nobody" (minimal images).
+NOBODY_ID = 65534
+
+
 def _account(user: str) -> tuple[int, int, str] | None:
-    """(uid, gid, name) of ``user`` (a name or a number), or None when there is no such user."""
+    """(uid, gid, name) of ``user`` (a name or a number; a number need not be in the password
+    file, nor "nobody", which is then NOBODY_ID), or None when there is no such user."""
     try:
         entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
         return entry.pw_uid, entry.pw_gid, entry.pw_name
     except KeyError:
+        if user == "nobody":
+            return NOBODY_ID, NOBODY_ID, user
         return (int(user), int(user), user) if user.isdigit() else None
 
 

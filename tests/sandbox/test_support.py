@@ -88,6 +88,16 @@ def test_without_namespaces_the_run_is_told_and_require_refuses(tmp_path, monkey
         support.probe.cache_clear()
 
 
+def test_accounts(monkeypatch):
+    def unknown(_):
+        raise KeyError("no such user")
+    monkeypatch.setattr(support.pwd, "getpwnam", unknown)
+    monkeypatch.setattr(support.pwd, "getpwuid", unknown)
+    assert support._account("nobody") == (65534, 65534, "nobody")     # a minimal image
+    assert support._account("4242") == (4242, 4242, "4242")
+    assert support._account("evokernel-sandbox") is None
+
+
 def test_no_util_linux(tmp_path, monkeypatch):
     monkeypatch.setattr(support.shutil, "which", lambda name, **kw: None)
     support.probe.cache_clear()
