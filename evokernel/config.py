@@ -151,8 +151,8 @@ class EvalConfig:
         read-only files except their own folder. False turns that off (said at start).
     sandbox_user: the unprivileged account workers run as when evokernel is root: a name or
         a uid, never root. Default "nobody" (uid 65534 where the password file lacks it); a
-        dedicated one (``useradd --system
-        --no-create-home evokernel-sandbox``) keeps its files apart from other programs'.
+        dedicated one (``useradd --system --no-create-home evokernel-sandbox``) keeps its
+        files apart from other programs'.
     require_sandbox: refuse to start (SandboxError) when a containment step is not possible
         here, instead of saying so once and going on.
     trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
