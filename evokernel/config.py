@@ -146,6 +146,15 @@ class TimingConfig:
 class EvalConfig:
     """The evaluation engine (evokernel.engine.evaluator).
 
+    sandbox: contain the build and GPU workers that run candidate code (evokernel.sandbox):
+        another user when evokernel is root, no network, no view of other processes,
+        read-only files except their own folder. False turns that off (said at start).
+    sandbox_user: the unprivileged account workers run as when evokernel is root: a name or
+        a uid, never root. Default "nobody" (uid 65534 where the password file lacks it); a
+        dedicated one (``useradd --system --no-create-home evokernel-sandbox``) keeps its
+        files apart from other programs'.
+    require_sandbox: refuse to start (SandboxError) when a containment step is not possible
+        here, instead of saying so once and going on.
     trim_headers: build candidates' ``cuda_sources`` with a light stand-in for ``#include
         <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; a failed light build is
         rebuilt from the source as written; evokernel.build.headers).
@@ -156,6 +165,9 @@ class EvalConfig:
 
     gate: GateConfig = field(default_factory=GateConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    sandbox: bool = True                      # contain workers (evokernel.sandbox)
+    sandbox_user: str = "nobody"              # who they run as when evokernel is root
+    require_sandbox: bool = False             # an error when containment is incomplete
     build_timeout_s: float = 600.0
     eval_timeout_s: float = 300.0
     build_workers: int | None = None          # None: one per two CPU cores
@@ -171,6 +183,15 @@ class EvalConfig:
             if not isinstance(getattr(self, name), tp):
                 raise ConfigError(f"evaluation.{name} must be a {tp.__name__}, got "
                                   f"{getattr(self, name)!r}")
+        user = self.sandbox_user
+        if isinstance(user, int) and not isinstance(user, bool):    # a uid from config.json
+            user = str(user)
+            object.__setattr__(self, "sandbox_user", user)
+        if not isinstance(user, str) or not user.strip() or user.strip() in ("root", "0"):
+            raise ConfigError(f"evaluation.sandbox_user must name an unprivileged user (a name "
+                              f"or a uid, not root), got {user!r}")
+        if self.require_sandbox and not self.sandbox:
+            raise ConfigError("evaluation.require_sandbox=True needs sandbox=True")
         if self.baseline not in ("eager", "compile"):
             raise ConfigError("evaluation.baseline must be 'eager' or 'compile'")
         if self.baseline == "compile" and not self.measure_compile:

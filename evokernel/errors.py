@@ -25,6 +25,11 @@ class BudgetExceeded(LLMError):
     """The run's token or cost budget is spent; the search stops between generations."""
 
 
+class SandboxError(ConfigError):
+    """Candidate code cannot be contained as required (``--require-sandbox``): the message
+    names each containment step this machine does not allow (evokernel.sandbox.support)."""
+
+
 class NoGPUError(ConfigError):
     """The command needs a CUDA GPU and none is visible."""
 

@@ -23,7 +23,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from loguru import logger
 
@@ -31,8 +31,12 @@ from evokernel.errors import ConfigError
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, extension_key,
                                        load_candidate, patched_load_inline, rewrite_arch_flags,
                                        toolchain, toolkit_header_fallbacks)
+from evokernel.build.publish import publish
 from evokernel.records import Candidate, Reason
 from evokernel.sandbox import worker_env
+
+if TYPE_CHECKING:
+    from evokernel.sandbox.support import Containment
 
 # The in-process cache (evokernel.build.cache) and worker_env (evokernel.sandbox) are
 # re-exported, so ``from evokernel.build.builder import load_candidate, worker_env`` keeps working.
@@ -105,12 +109,17 @@ class Builder:
         trim_headers: build ``cuda_sources`` with a light stand-in for ``#include
             <torch/extension.h>`` (evokernel.build.headers); a light build that fails is
             built again from the original source, and its flags say so.
+        sandbox: how build workers are contained (evokernel.sandbox.support.probe; the
+            evaluator passes ``containment_for(config)``); None: not contained. Either way a
+            worker builds in its candidate's folder and the finished builds are moved into
+            the cache after it ends (evokernel.build.publish).
     Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
     touch the GPU, so they cannot disturb timings on it.
     Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
     """
 
     def __init__(self, cache_dir: Path, *, arch: str, timeout_s: float,
+                 sandbox: "Containment | None" = None,
                  workers: int | None = None, trim_headers: bool = True):
         arch_digits(arch)
         if not timeout_s > 0:
@@ -121,6 +130,10 @@ class Builder:
         self.cache_dir = Path(cache_dir).resolve()
         self.arch, self.timeout_s, self.workers = arch, float(timeout_s), workers
         self.trim_headers = trim_headers
+        self.jail = None
+        if sandbox is not None and sandbox.mode != "none":
+            from evokernel.sandbox.workers import BuildJail
+            self.jail = BuildJail(sandbox, self.cache_dir)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="build")
 
     def __enter__(self) -> "Builder":
@@ -179,6 +192,7 @@ class Builder:
             logger.info(f"candidate {candidate.id}: the build with light headers failed; "
                         "building the source as written")
             done.unlink(missing_ok=True)
+            (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
             timed_out, rc = self._run(work, False, time.perf_counter() - t0)
             log = (work / "build.log").read_text(errors="replace")
             retry = ["headers: built as written (the light-header build failed)"]
@@ -189,9 +203,8 @@ class Builder:
             logger.warning(f"candidate {candidate.id}: build timed out after {build_s:.1f} s")
             return BuildResult(candidate.id, False, Reason.BUILD_TIMEOUT, build_s, False,
                                _tail(log), tuple(dirs))
-        try:
-            r = json.loads(done.read_text())
-        except (OSError, ValueError):
+        r = publish(work, self.cache_dir)
+        if r is None:
             done.unlink(missing_ok=True)
             r = {"ok": False, "build_dirs": [], "flags": [], "cache_hit": False}
             log += f"\nevokernel: build process exited with status {rc} and no result"
@@ -211,6 +224,9 @@ class Builder:
                    TORCH_EXTENSIONS_DIR=str(self.cache_dir / "torch_extensions"))
         cmd = [sys.executable, "-m", "evokernel.build.entry", str(work), str(self.cache_dir),
                self.arch, "trim" if trim else "full"]
+        if self.jail is not None:                    # evokernel.sandbox.workers
+            self.jail.prepare(work)
+            cmd, env = self.jail.command(cmd, work, env)
         with open(work / "build.log", "wb") as log:
             proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT,
@@ -222,6 +238,8 @@ class Builder:
             finally:
                 kill_session(proc.pid)               # also strays of a finished build
                 proc.wait()
+                if self.jail is not None:
+                    self.jail.finish(work)
 
 
 def _trimmed_and_failed(result_file: Path) -> bool:

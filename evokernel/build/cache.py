@@ -5,9 +5,13 @@ goes through ``_LoadInlinePatch``, which:
 
 1. rewrites GPU arch flags for the device in use (``-arch=sm_70`` -> ``sm_90``; CUDA 13 rejects
    ``sm_70``) and records each rewrite;
-2. builds in ``<cache_dir>/builds/<key>``, where ``key`` hashes everything that affects the
-   binary (sources, flags, arch, torch / CUDA / nvcc versions), never a shared folder, so a
-   killed build leaves no lock behind;
+2. looks up ``<cache_dir>/builds/<key>``, where ``key`` hashes everything that affects the
+   binary (sources, flags, arch, torch / CUDA / nvcc versions), and builds a missing one in
+   ``<staging_dir>/<key>``: a build worker's own folder, from which evokernel.build.publish
+   moves it into the cache once the worker has ended (workers see the cache read-only:
+   evokernel.sandbox.workers). Without a staging folder it builds in ``<cache_dir>/builds/<key>``
+   when that is writable, else in a temporary folder of the process; never in a shared
+   folder, so a killed build leaves no lock behind;
 3. names the extension ``<name>_<key[:12]>``, so many candidates coexist in one process;
 4. loads a finished build (marker file present) straight from its ``.so``, without ninja;
 5. with ``trim_headers``, builds ``cuda_sources`` with a light stand-in for ``#include
@@ -30,6 +34,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import types
@@ -128,7 +133,7 @@ def cache_key(spec: Mapping[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
+def exclusive_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock; the kernel drops it when the holder dies, so it never goes
     stale."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,10 +174,12 @@ class _LoadInlinePatch:
     ``calls`` records one dict per call: name, key, build_dir, cache_hit, ok, flags, error.
     """
 
-    def __init__(self, cache_dir: Path, arch: str, trim_headers: bool = False):
+    def __init__(self, cache_dir: Path, arch: str, trim_headers: bool = False,
+                 staging_dir: Path | None = None):
         from torch.utils import cpp_extension
         arch_digits(arch)
         self.cache_dir = Path(cache_dir)
+        self.staging_dir = Path(staging_dir) if staging_dir is not None else None
         self.arch = arch
         self.trim_headers = trim_headers
         self.calls: list[dict[str, Any]] = []
@@ -207,38 +214,66 @@ class _LoadInlinePatch:
                                 "key": None, "build_dir": None, "cache_hit": True,
                                 "ok": False, "flags": [], "error": None, "trimmed": False}
         self.calls.append(call)
-        build_dir = None
         try:
             a, call["flags"], key = self.prepare(*args, **kwargs)
-            build_dir = self.cache_dir / "builds" / key
-            call.update(key=key, build_dir=str(build_dir))
+            call.update(key=key, build_dir=str(self.cache_dir / "builds" / key))
             with _LOADED_LOCK:
                 module = _LOADED.get(key)
             if module is None:
-                a.update(name=re.sub(r"\W", "_", str(a["name"])) + "_" + key[:12],
-                         build_directory=str(build_dir), verbose=False)
-                with _flock(self.cache_dir / "builds" / f"{key}.lock"):
-                    module = self._load_or_build(a, build_dir, call)
+                a.update(name=re.sub(r"\W", "_", str(a["name"])) + "_" + key[:12], verbose=False)
+                module = self._load_or_build(a, key, call)
                 with _LOADED_LOCK:
                     _LOADED[key] = module
         except Exception as e:
             call["error"] = f"{type(e).__name__}: {e}"
-            if build_dir is not None and build_dir.is_dir():
-                (build_dir / "build.log").write_text(call["error"])
+            if call["build_dir"] is not None and not call["cache_hit"] \
+                    and Path(call["build_dir"]).is_dir():
+                (Path(call["build_dir"]) / "build.log").write_text(call["error"])
             raise
         call["ok"] = True
         return module
 
-    def _load_or_build(self, a: dict[str, Any], build_dir: Path, call: dict[str, Any]) -> Any:
-        from torch.utils import cpp_extension
-        module_name = a["name"]
-        if (build_dir / MARKER).is_file():
+    def _build_root(self) -> Path:
+        """Where missing extensions are built: ``staging_dir``; else ``<cache>/builds`` when it
+        is writable; else (a GPU worker's read-only cache) a temporary folder of this process."""
+        if self.staging_dir is None:
+            builds = self.cache_dir / "builds"
             try:
-                return cpp_extension._import_module_from_library(
-                    module_name, str(build_dir), a["is_python_module"])
-            except Exception as e:                   # damaged build: build it again
-                logger.warning(f"{build_dir}: cached build does not load ({e}); rebuilding")
-        call["cache_hit"] = False
+                builds.mkdir(parents=True, exist_ok=True)
+                writable = os.access(builds, os.W_OK)
+            except OSError:
+                writable = False
+            self.staging_dir = builds if writable else Path(
+                tempfile.mkdtemp(prefix="evokernel-builds-"))
+        return self.staging_dir
+
+    def _load_cached(self, a: dict[str, Any], key: str) -> Any:
+        """The extension from a finished build in the cache, or None."""
+        from torch.utils import cpp_extension
+        cached = self.cache_dir / "builds" / key
+        if not (cached / MARKER).is_file():
+            return None
+        try:
+            return cpp_extension._import_module_from_library(a["name"], str(cached),
+                                                             a["is_python_module"])
+        except Exception as e:                       # damaged build: build it again
+            logger.warning(f"{cached}: cached build does not load ({e}); rebuilding")
+            return None
+
+    def _load_or_build(self, a: dict[str, Any], key: str, call: dict[str, Any]) -> Any:
+        module = self._load_cached(a, key)
+        if module is not None:
+            return module
+        root = self._build_root()
+        with exclusive_lock(root / f"{key}.lock"):
+            if root == self.cache_dir / "builds":    # another process may have built it
+                module = self._load_cached(a, key)
+            return module if module is not None else self._build(a, root / key, call)
+
+    def _build(self, a: dict[str, Any], build_dir: Path, call: dict[str, Any]) -> Any:
+        module_name = a["name"]
+        call.update(cache_hit=False, build_dir=str(build_dir))
+        a["build_directory"] = str(build_dir)
         if build_dir.exists():
             shutil.rmtree(build_dir)                 # partial build of a killed process
         build_dir.mkdir(parents=True)
@@ -262,18 +297,19 @@ class _LoadInlinePatch:
 
 
 @contextlib.contextmanager
-def patched_load_inline(cache_dir: Path, arch: str, trim_headers: bool = False
-                        ) -> Iterator[_LoadInlinePatch]:
+def patched_load_inline(cache_dir: Path, arch: str, trim_headers: bool = False,
+                        staging_dir: Path | None = None) -> Iterator[_LoadInlinePatch]:
     """Route ``torch.utils.cpp_extension.load_inline`` through the build cache while active;
     ``trim_headers``: build with a light stand-in for ``<torch/extension.h>``
-    (evokernel.build.headers).
+    (evokernel.build.headers); ``staging_dir``: where missing extensions are built (see the
+    module docstring, item 2).
 
     Code that imported ``load_inline`` by name while active keeps the cached version afterwards.
     Yields: the patch; its ``calls`` list records every call (build folder, cache hit, flags).
     Raises: ValueError for a malformed ``arch``.
     """
     from torch.utils import cpp_extension
-    patch = _LoadInlinePatch(cache_dir, arch, trim_headers)
+    patch = _LoadInlinePatch(cache_dir, arch, trim_headers, staging_dir)
     previous = cpp_extension.load_inline
     cpp_extension.load_inline = patch
     try:
@@ -286,8 +322,10 @@ def load_candidate(source: str, module_name: str, cache_dir: Path, arch: str
                    ) -> types.ModuleType:
     """Import a candidate's module in this process (the GPU worker) with ``load_inline`` routed
     through the build cache: a cached build loads in well under a second; a missing one (e.g.
-    ``load_inline`` called lazily) is built here. Wrap the whole evaluation in
-    ``patched_load_inline`` to catch lazy calls written as ``cpp_extension.load_inline(...)``.
+    ``load_inline`` called lazily) is built here, in ``<cache_dir>/builds`` when this process
+    may write it, else (a contained worker) in a temporary folder that is not kept. Wrap the
+    whole evaluation in ``patched_load_inline`` to catch lazy calls written as
+    ``cpp_extension.load_inline(...)``.
 
     Returns: the module (registered in ``sys.modules`` as ``module_name``).
     Raises: whatever the module raises (build errors included); ValueError for a bad ``arch``.

@@ -2,7 +2,8 @@
 
 Usage: ``python -m evokernel.build.entry WORK_DIR CACHE_DIR ARCH [trim|full]``. Imports
 ``WORK_DIR/candidate.py`` with ``load_inline`` routed through the build cache (``trim``: with a
-light stand-in for ``<torch/extension.h>``, see evokernel.build.headers), prints tracebacks to
+light stand-in for ``<torch/extension.h>``, see evokernel.build.headers; missing extensions
+built in ``WORK_DIR/builds``, which evokernel.build.publish moves into the cache), prints tracebacks to
 stdout (the Builder's log), and writes ``WORK_DIR/result.json``: ok, cache_hit, build_dirs,
 flags, trimmed (some build used the light header). Exits with status 0 whenever the result was
 written, whatever the candidate did.
@@ -52,7 +53,8 @@ def main(argv: list[str]) -> None:
     source_path = work / "candidate.py"
     source = source_path.read_text(encoding="utf-8")
     error: BaseException | None = None
-    with patched_load_inline(cache_dir, arch, trim_headers=trim) as patch:
+    with patched_load_inline(cache_dir, arch, trim_headers=trim,
+                             staging_dir=work / "builds") as patch:
         patch.announce = True
         try:
             exec_module(source, "evokernel_candidate", str(source_path))

@@ -52,6 +52,9 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip timing torch.compile (saves its compile time)")
     p.add_argument("--vs-compile", action="store_true",
                    help="fitness = speedup over torch.compile instead of eager")
+    p.add_argument("--require-sandbox", action="store_true",
+                   help="refuse to run candidate code unless it is fully contained (another "
+                        "user, no network, read-only files; README, Security)")
 
 
 def add_search_arguments(p: argparse.ArgumentParser, *, branching: bool = True) -> None:
@@ -105,7 +108,8 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
                       distributions=tuple(args.distributions.split(",")),
                       seeds=tuple(range(args.gate_seeds)))
     return EvalConfig(gate=gate, measure_compile=not args.no_compile_baseline,
-                      baseline="compile" if args.vs_compile else "eager")
+                      baseline="compile" if args.vs_compile else "eager",
+                      require_sandbox=getattr(args, "require_sandbox", False))
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:

@@ -65,7 +65,8 @@ def static_check(cand: Candidate) -> EvalResult | None:
 
 
 class CudaEvaluator:
-    """Build, gate and time candidates on this machine's GPUs.
+    """Build, gate and time candidates on this machine's GPUs, in contained build and GPU
+    workers (as ``config.sandbox`` says: evokernel.sandbox).
 
     Args:
         problem: the reference problem.
@@ -77,6 +78,7 @@ class CudaEvaluator:
             one measurement, as a respawned worker's are.
     Raises:
         NoGPUError: no CUDA GPU is visible.
+        SandboxError: ``config.require_sandbox`` and a containment step is not possible here.
         ProblemError: the problem could not be set up on the GPU.
     """
 
@@ -87,6 +89,8 @@ class CudaEvaluator:
 
         from evokernel.build.builder import Builder, device_arch, worker_env
         from evokernel.engine.handle import WorkerHandle
+        from evokernel.sandbox.support import containment_for
+        from evokernel.sandbox.workers import GpuWorkerJail
 
         if not torch.cuda.is_available():
             raise NoGPUError(
@@ -95,9 +99,11 @@ class CudaEvaluator:
                 "CPU test suite (`make test`) still work.")
         self.problem, self.config = problem, config
         self.arch = device_arch()
+        self.containment = containment_for(config)      # said once; SandboxError if required
+        jailed = self.containment is not None and self.containment.mode != "none"
         self.builder = Builder(config.cache_path, arch=self.arch,
                                timeout_s=config.build_timeout_s, workers=config.build_workers,
-                               trim_headers=config.trim_headers)
+                               trim_headers=config.trim_headers, sandbox=self.containment)
         devices = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
         setup = {"kind": "setup", "arch": self.arch,
                  "problem": {"name": problem.name, "path": str(problem.path),
@@ -108,7 +114,9 @@ class CudaEvaluator:
         log_dir = log_dir or config.cache_path / "logs"
         self.workers = [WorkerHandle(setup, env=worker_env(), device_index=d,
                                      log_path=log_dir / f"worker-{problem.name}-gpu{d}.log",
-                                     setup_timeout_s=max(900.0, config.eval_timeout_s))
+                                     setup_timeout_s=max(900.0, config.eval_timeout_s),
+                                     sandbox=GpuWorkerJail(self.containment, config.cache_path)
+                                     if jailed else None)
                         for d in devices]
         self._pool = ThreadPoolExecutor(max_workers=self.builder.workers,
                                         thread_name_prefix="evokernel-build")

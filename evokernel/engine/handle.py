@@ -14,13 +14,16 @@ import sys
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from evokernel.engine import protocol
 from evokernel.errors import ProblemError
 from evokernel.records import Candidate, EvalResult, Reason
+
+if TYPE_CHECKING:
+    from evokernel.sandbox.workers import GpuWorkerJail
 
 
 def _log_tail(path: Path, n: int = 3000) -> str:
@@ -42,17 +45,22 @@ class WorkerHandle:
         setup_timeout_s: how long building the reference (truths, baselines) may take.
         recycle_after: restart the process after this many candidates.
         entry: the worker module to run (tests substitute a fake one).
+        sandbox: the jail each spawn runs in (evokernel.sandbox.workers.GpuWorkerJail: its own
+            scratch folder, the cache read-only, what set-up measured harvested before the
+            first candidate); None: not contained.
     """
 
     def __init__(self, setup: dict[str, Any], *, env: dict[str, str], log_path: Path,
                  device_index: int = 0, setup_timeout_s: float = 900.0,
-                 recycle_after: int = 50, entry: str = "evokernel.engine.worker"):
+                 recycle_after: int = 50, entry: str = "evokernel.engine.worker",
+                 sandbox: "GpuWorkerJail | None" = None):
         self.setup_msg = setup
         self.env = dict(env, CUDA_VISIBLE_DEVICES=str(device_index), PYTHONUNBUFFERED="1")
         self.log_path = Path(log_path)
         self.setup_timeout_s = setup_timeout_s
         self.recycle_after = recycle_after
         self.entry = entry
+        self.sandbox = sandbox
         self.proc: subprocess.Popen[bytes] | None = None
         self.info: dict[str, Any] = {}
         self.spawns = 0
@@ -71,10 +79,13 @@ class WorkerHandle:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", self.entry, str(to_child_r), str(from_child_w)]
+        env, setup, cwd = self.env, self.setup_msg, None
+        if self.sandbox is not None:
+            cmd, env, setup, cwd = self.sandbox.start(cmd, env, setup)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", self.entry, str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w), env=self.env, stdout=log,
+                cmd, pass_fds=(to_child_r, from_child_w), env=env, cwd=cwd, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         os.close(to_child_r)
         os.close(from_child_w)
@@ -82,13 +93,15 @@ class WorkerHandle:
         self._recv = Connection(from_child_r, writable=False)
         self.spawns += 1
         self._done = 0
-        protocol.send(self._send, self.setup_msg)
+        protocol.send(self._send, setup)
         msg = self._wait(self.setup_timeout_s)
         if msg is None or msg.get("kind") != "ready":
             why = (msg or {}).get("error") or self._death_note("during set-up")
             self.kill()
             raise ProblemError(f"{self.setup_msg['problem']['path']}: the GPU worker could not "
                                f"set up the problem:\n{why}")
+        if self.sandbox is not None:          # before any candidate runs in it
+            self.sandbox.harvest()
         self.info = msg["info"]
         if self.info.get("compile_ms") is not None:   # reused by respawned workers
             self.setup_msg["problem"]["compile_ms"] = self.info["compile_ms"]
@@ -112,6 +125,8 @@ class WorkerHandle:
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
             self.proc.wait()
+        if self.sandbox is not None:
+            self.sandbox.cleanup()
 
     def close(self) -> None:
         """Ask the worker to stop; kill it if it does not within 10 s."""
@@ -183,6 +198,8 @@ class WorkerHandle:
             rc = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return f"stopped answering {when}"
+        if self.sandbox is not None and rc > 128:     # the jail's init: signal N -> 128 + N
+            rc = 128 - rc
         if rc < 0:
             try:
                 name = signal.Signals(-rc).name

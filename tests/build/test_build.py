@@ -1,6 +1,8 @@
 """evokernel.build.builder and evokernel.build.cache: arch-flag rewriting, cache keys, timeouts that
 kill the whole process group, build errors with their log, and ONE real nvcc build of a tiny
-kernel (then a cache hit)."""
+kernel (then a cache hit). The compile-error build and the real one run contained (another
+user, no network, read-only files: evokernel.sandbox), so they also show that a contained build
+finds nvcc, ninja, the torch headers and the cache."""
 from __future__ import annotations
 
 import stat
@@ -14,6 +16,7 @@ from evokernel.build.builder import Builder, device_arch, worker_env
 from evokernel.errors import ConfigError
 from evokernel.build.cache import MARKER, extension_key, load_candidate, rewrite_arch_flags
 from evokernel.records import Candidate, Reason
+from tests.support.jails import HAS_UTIL_LINUX, contained
 
 GENCODE_90 = "-gencode=arch=compute_90,code=sm_90"
 
@@ -43,6 +46,16 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return ext.add_one(x)
 '''
+
+
+def _sandbox(cache: Path):
+    """This machine's full containment for ``cache`` (made readable to the sandbox user), or
+    None where util-linux is missing (not Linux)."""
+    if not HAS_UTIL_LINUX:
+        return None
+    cache.mkdir(parents=True, exist_ok=True)
+    cache.chmod(0o755)
+    return contained(cache)
 
 
 def _arch() -> str:
@@ -158,20 +171,26 @@ def test_syntax_error_is_build_error(tmp_path):
     assert plain.ok and plain.reason is None and plain.flags == ("no_load_inline",)
 
 
-def test_compile_error_keeps_log_and_wipes_partial_dir(tmp_path):
+def test_compile_error_keeps_log_in_its_own_folder(tmp_path):
+    """A failed build stays in its candidate's folder with its log; the cache is not touched
+    (here, a partial folder an older version left for that key stays as it was)."""
     kwargs = dict(name="broken", cpp_sources="", cuda_sources="this is not CUDA;",
                   no_implicit_headers=True)
-    partial = tmp_path / "builds" / extension_key("9.0", **kwargs)
-    partial.mkdir(parents=True)
-    (partial / "leftover.o").write_text("partial build of a killed process")
+    key = extension_key("9.0", **kwargs)
+    stale = tmp_path / "builds" / key
+    stale.mkdir(parents=True)
+    (stale / "leftover.o").write_text("partial build of a killed process")
     source = ("from torch.utils.cpp_extension import load_inline\n"
               f"ext = load_inline(**{kwargs!r})\n")
-    r = Builder(tmp_path, arch="9.0", timeout_s=300).build(Candidate(source))
+    r = Builder(tmp_path, arch="9.0", timeout_s=300, sandbox=_sandbox(tmp_path)).build(
+        Candidate(source))
     assert not r.ok and r.reason is Reason.BUILD_ERROR and not r.cache_hit
     assert "cuda.cu" in r.log and "error" in r.log.lower()
-    assert r.build_dirs == (str(partial),)
-    assert not (partial / "leftover.o").exists() and not (partial / MARKER).exists()
-    assert "error" in (partial / "build.log").read_text().lower()
+    (own,) = map(Path, r.build_dirs)
+    assert own.name == key and own.parent.name == "builds"
+    assert own.parents[2] == tmp_path / "candidates" and not (own / MARKER).exists()
+    assert "error" in (own / "build.log").read_text().lower()
+    assert (stale / "leftover.o").is_file() and not (stale / MARKER).exists()
 
 
 def test_timeout_kills_whole_process_group(tmp_path, monkeypatch):
@@ -211,7 +230,8 @@ def built(tmp_path_factory):
     """Build TINY_KERNEL once for real (nvcc + host compiler, about a minute on 2 cores)."""
     cache = tmp_path_factory.mktemp("build_cache")
     arch = _arch()
-    result = Builder(cache, arch=arch, timeout_s=600).build(Candidate(TINY_KERNEL))
+    result = Builder(cache, arch=arch, timeout_s=600, sandbox=_sandbox(cache)).build(
+        Candidate(TINY_KERNEL))
     return cache, arch, result
 
 

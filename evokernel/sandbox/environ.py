@@ -1,4 +1,4 @@
-"""Keeping secrets away from LLM-written code.
+"""Keeping the keys out of LLM-written code's environment, and out of its reach in /proc.
 
 Candidate kernels run only in build and GPU worker processes. Those get an environment without
 credentials (``worker_env``), and the evokernel process that holds the keys makes itself
@@ -6,9 +6,9 @@ non-dumpable (``protect_environ``), so that a child running as the same user can
 keys back from ``/proc/<parent>/environ`` or ``/proc/<parent>/mem`` (Linux ptrace access rules,
 see proc(5) and ptrace(2), "ptrace access mode checking").
 
-Limit: a process with CAP_SYS_PTRACE (root in most containers) can still read another
-process's environment. For strict isolation run evokernel as an unprivileged user, or keep the
-keys in a separate service (e.g. a LiteLLM proxy reached through ``--api-base``).
+Alone, this does not stop a process with CAP_SYS_PTRACE (root, in most GPU containers): the
+rest of evokernel.sandbox runs those workers as another user, in their own PID, network and
+mount namespaces, where the key holder's /proc entries do not exist.
 """
 from __future__ import annotations
 
