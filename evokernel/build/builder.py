@@ -31,7 +31,8 @@ from evokernel.errors import ConfigError
 from evokernel.build.cache import (_ARCH_RE, MARKER, _arch_digits, cache_key, extension_key,
                                        load_candidate, patched_load_inline, rewrite_arch_flags,
                                        toolchain, toolkit_header_fallbacks)
-from evokernel.records import Candidate, Reason
+from evokernel.build.ptxas import resources_from_json
+from evokernel.records import Candidate, KernelResources, Reason
 from evokernel.sandbox import worker_env
 
 # The in-process cache (evokernel.build.cache) and worker_env (evokernel.sandbox) are
@@ -75,6 +76,8 @@ class BuildResult:
     build_dirs: the extension folders under ``<cache_dir>/builds``.
     flags: notes such as "arch: -arch=sm_70 -> sm_90", "no_load_inline",
         "import_error_after_build: ...", "deferred_build: ...".
+    resources: the ``ptxas -v`` report of the candidate's kernels (evokernel.build.ptxas);
+        () for a failed build, or an extension built before the report was kept.
     """
 
     candidate_id: str
@@ -85,6 +88,7 @@ class BuildResult:
     log: str = ""
     build_dirs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    resources: tuple[KernelResources, ...] = ()
 
 
 def _tail(text: str) -> str:
@@ -167,7 +171,8 @@ class Builder:
             r = json.loads(done.read_text())
             if r["ok"] and all((Path(d) / MARKER).is_file() for d in r["build_dirs"]):
                 return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
-                                   "", tuple(r["build_dirs"]), tuple(r["flags"]))
+                                   "", tuple(r["build_dirs"]), tuple(r["flags"]),
+                                   resources_from_json(r.get("resources")))
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
@@ -200,7 +205,8 @@ class Builder:
         logger.debug(f"candidate {candidate.id}: ok={r['ok']} in {build_s:.1f} s")
         return BuildResult(candidate.id, r["ok"], None if r["ok"] else Reason.BUILD_ERROR,
                            build_s, bool(r["ok"] and r["cache_hit"]), _tail(log),
-                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry))
+                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry),
+                           resources_from_json(r.get("resources")) if r["ok"] else ())
 
     def _run(self, work: Path, trim: bool, spent_s: float = 0.0) -> tuple[bool, int | None]:
         """Run the build entry point in a session of its own, with ``timeout_s - spent_s`` left;

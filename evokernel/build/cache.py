@@ -12,7 +12,11 @@ goes through ``_LoadInlinePatch``, which:
 4. loads a finished build (marker file present) straight from its ``.so``, without ninja;
 5. with ``trim_headers``, builds ``cuda_sources`` with a light stand-in for ``#include
    <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; evokernel.build.headers), and
-   ``Builder`` (evokernel.build.builder) builds the source as written when that build fails.
+   ``Builder`` (evokernel.build.builder) builds the source as written when that build fails;
+6. with ``ptxas_report``, compiles with ``-Xptxas -v`` and keeps each kernel's registers,
+   spills and shared memory (evokernel.build.ptxas) in the call record and the build folder's
+   marker, so a cache hit reports them too. The flag only adds diagnostics (the binary is the
+   same), so it is added after the cache key is computed and builds made without it stay valid.
 
 ``patched_load_inline`` applies the patch in a build subprocess (``evokernel.build.entry``,
 started by ``evokernel.build.builder.Builder``). ``load_candidate`` runs a candidate in the GPU worker
@@ -30,6 +34,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import types
@@ -39,6 +44,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from loguru import logger
 
 from evokernel.build.headers import LIGHT_HEADER, LIGHT_HEADER_NAME, trim_extension_include
+from evokernel.build.ptxas import parse_ptxas, resources_from_json, resources_to_json
 
 MARKER = "evokernel_built.json"     # written into a build folder once its module has loaded
 _ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
@@ -166,7 +172,8 @@ _LOADED_LOCK = threading.Lock()
 class _LoadInlinePatch:
     """A stand-in for ``torch.utils.cpp_extension.load_inline`` (see the module docstring).
 
-    ``calls`` records one dict per call: name, key, build_dir, cache_hit, ok, flags, error.
+    ``calls`` records one dict per call: name, key, build_dir, cache_hit, ok, flags, error,
+    trimmed, resources (the ptxas report as JSON dicts; [] when not asked for or unknown).
     """
 
     def __init__(self, cache_dir: Path, arch: str, trim_headers: bool = False):
@@ -177,6 +184,7 @@ class _LoadInlinePatch:
         self.trim_headers = trim_headers
         self.calls: list[dict[str, Any]] = []
         self.announce = False       # print "evokernel: building ..." before each compile
+        self.ptxas_report = False   # compile with -Xptxas -v and parse its report
         self._original = cpp_extension.load_inline
         while isinstance(self._original, _LoadInlinePatch):
             self._original = self._original._original
@@ -205,7 +213,8 @@ class _LoadInlinePatch:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call: dict[str, Any] = {"name": str(kwargs.get("name", args[0] if args else "?")),
                                 "key": None, "build_dir": None, "cache_hit": True,
-                                "ok": False, "flags": [], "error": None, "trimmed": False}
+                                "ok": False, "flags": [], "error": None, "trimmed": False,
+                                "resources": []}
         self.calls.append(call)
         build_dir = None
         try:
@@ -214,7 +223,9 @@ class _LoadInlinePatch:
             call.update(key=key, build_dir=str(build_dir))
             with _LOADED_LOCK:
                 module = _LOADED.get(key)
-            if module is None:
+            if module is not None:
+                call["resources"] = _marker_resources(build_dir)
+            else:
                 a.update(name=re.sub(r"\W", "_", str(a["name"])) + "_" + key[:12],
                          build_directory=str(build_dir), verbose=False)
                 with _flock(self.cache_dir / "builds" / f"{key}.lock"):
@@ -234,8 +245,10 @@ class _LoadInlinePatch:
         module_name = a["name"]
         if (build_dir / MARKER).is_file():
             try:
-                return cpp_extension._import_module_from_library(
+                module = cpp_extension._import_module_from_library(
                     module_name, str(build_dir), a["is_python_module"])
+                call["resources"] = _marker_resources(build_dir)
+                return module
             except Exception as e:                   # damaged build: build it again
                 logger.warning(f"{build_dir}: cached build does not load ({e}); rebuilding")
         call["cache_hit"] = False
@@ -253,12 +266,51 @@ class _LoadInlinePatch:
                   + (" (light headers in place of <torch/extension.h>)" if trimmed else ""),
                   flush=True)
         t0 = time.perf_counter()
-        module = self._original(**a)
+        if self.ptxas_report:
+            a["extra_cuda_cflags"] = list(a["extra_cuda_cflags"] or []) + ["-Xptxas", "-v"]
+            a["verbose"] = True                      # ninja's output then goes to fd 1
+            with _tee_stdout(build_dir / "build_output.log") as output:
+                module = self._original(**a)
+            call["resources"] = resources_to_json(parse_ptxas(output.read_text(errors="replace")))
+        else:
+            module = self._original(**a)
         logger.debug(f"built {module_name} in {time.perf_counter() - t0:.1f} s")
         (build_dir / MARKER).write_text(json.dumps({"module_name": module_name, "key": call["key"],
                                                     "flags": call["flags"],
-                                                    "headers_trimmed": trimmed}, indent=1))
+                                                    "headers_trimmed": trimmed,
+                                                    "resources": call["resources"]}, indent=1))
         return module
+
+
+def _marker_resources(build_dir: Path) -> list[dict[str, Any]]:
+    """The ptxas report kept in a build folder's marker ([] for a build made without one)."""
+    try:
+        data = json.loads((build_dir / MARKER).read_text()).get("resources")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return resources_to_json(resources_from_json(data))
+
+
+@contextlib.contextmanager
+def _tee_stdout(path: Path) -> Iterator[Path]:
+    """Send file descriptor 1 (what ninja and nvcc print with ``verbose=True``) to ``path``
+    while active, then copy it to the original fd 1 (the build log), failure or not.
+    Only used in a build subprocess, where nothing else writes to fd 1 meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(path, "wb") as sink:
+            os.dup2(sink.fileno(), 1)
+            try:
+                yield path
+            finally:
+                sys.stdout.flush()
+                os.dup2(saved, 1)
+    finally:
+        os.close(saved)
+        with contextlib.suppress(OSError), open(path, "rb") as captured, \
+                os.fdopen(os.dup(1), "wb") as out:
+            shutil.copyfileobj(captured, out)
 
 
 @contextlib.contextmanager

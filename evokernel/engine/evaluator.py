@@ -148,7 +148,8 @@ class CudaEvaluator:
                 if r.accepted:
                     emit("timed", cand.id)
                 done(dataclasses.replace(r, build_s=build.build_s,
-                                         flags=tuple(build.flags) + tuple(r.flags)))
+                                         flags=tuple(build.flags) + tuple(r.flags),
+                                         resources=r.resources or build.resources))
 
         gpu_threads = [threading.Thread(target=gpu_loop, args=(w,), daemon=True,
                                         name=f"evokernel-gpu{i}")
