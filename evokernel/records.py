@@ -151,6 +151,28 @@ class KernelResources:
 
 
 @dataclass(frozen=True)
+class KernelProfile:
+    """A few Nsight Compute metrics of one kernel of a profiled candidate call
+    (evokernel.engine.ncu; ``ncu --clock-control none``), merged over its ``launches``.
+
+    duration_us: GPU time, summed over launches (``gpu__time_duration.sum``); the percentages
+    are duration-weighted means over launches: dram_throughput_pct
+    (``dram__throughput.avg.pct_of_peak_sustained_elapsed``), achieved_occupancy_pct
+    (``sm__warps_active.avg.pct_of_peak_sustained_active``), sm_throughput_pct
+    (``sm__throughput.avg.pct_of_peak_sustained_elapsed``), l2_hit_rate_pct
+    (``lts__t_sector_hit_rate.pct``); None when ncu did not report the metric.
+    """
+
+    name: str
+    launches: int = 1
+    duration_us: float | None = None
+    dram_throughput_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    sm_throughput_pct: float | None = None
+    l2_hit_rate_pct: float | None = None
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """The verdict on one candidate, with the numbers behind it.
 
@@ -161,7 +183,8 @@ class EvalResult:
     ``compute_floor_ms`` is the reference algorithm's FLOPs over the measured FP32 rate: a
     compute reference shown beside it, never a reason to reject (a kernel may do less work).
     ``kernels`` holds the per-kernel GPU times of one profiled call; ``resources`` the
-    ``ptxas -v`` report of the candidate's kernels, when known.
+    ``ptxas -v`` report of the candidate's kernels, when known; ``profile`` a few Nsight Compute
+    metrics per kernel when the run profiles (``--profile``; evokernel.engine.ncu).
     Error ratios are the worst over all checks; ``tolerance_factor`` is the bound they must meet.
     ``eval_s`` is the wall seconds the GPU worker spent on the candidate (load, gate, anti-cheat
     checks, timing); ``time_s`` the part of it in the timing loop (reference and candidate
@@ -190,6 +213,7 @@ class EvalResult:
     log: str = ""                       # compiler output or traceback tail, when there is one
     kernels: tuple[KernelTime, ...] = ()
     resources: tuple[KernelResources, ...] = ()
+    profile: tuple[KernelProfile, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -227,6 +251,7 @@ class EvalResult:
         d["flags"] = list(self.flags)
         d["kernels"] = [dataclasses.asdict(k) for k in self.kernels]
         d["resources"] = [dataclasses.asdict(r) for r in self.resources]
+        d["profile"] = [dataclasses.asdict(p) for p in self.profile]
         return d
 
     @classmethod
@@ -238,6 +263,7 @@ class EvalResult:
         d["flags"] = tuple(d.get("flags", ()))
         d["kernels"] = tuple(KernelTime(**k) for k in d.get("kernels", ()))
         d["resources"] = tuple(KernelResources(**r) for r in d.get("resources", ()))
+        d["profile"] = tuple(KernelProfile(**p) for p in d.get("profile", ()))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

@@ -192,6 +192,17 @@ class CudaEvaluator:
             t.join()
         return [results[c.id] for c in candidates]
 
+    def profile(self, candidate: Candidate) -> tuple[Any, ...]:
+        """Nsight Compute metrics of one call of an accepted (so already built) candidate, on
+        the first worker's GPU while no candidate is being timed (evokernel.engine.ncu), for
+        ``dataclasses.replace(result, profile=...)``.
+        Returns: tuple of KernelProfile. Raises: ProfileUnavailable (see there)."""
+        from evokernel.engine.ncu import profile_candidate
+        env = dict(self.workers[0].env)
+        return profile_candidate(self.problem.source, candidate.source,
+                                 self.config.cache_path / "profiles" / candidate.id,
+                                 self.config.cache_path, self.arch, env=env)
+
     def close(self) -> None:
         for w in self.workers:
             w.close()

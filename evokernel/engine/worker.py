@@ -64,6 +64,7 @@ class Session:
         from evokernel.gate.reference import GateReference
         from evokernel.problem import exec_module
         from evokernel.timing.interleaved import L2Flusher
+        from evokernel.engine.device_sheet import device_sheet
 
         self.config, self.arch = config, arch
         self.device = torch.device("cuda", 0)
@@ -97,7 +98,7 @@ class Session:
         self._expected: dict[int, list[tuple[Any, ...]]] = {}
         self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)
         props = torch.cuda.get_device_properties(self.device)
-        self.info = {
+        self.info = {**device_sheet(props, self.peaks, arch),   # the GPU sheet of the prompts
             "device": props.name, "sm_count": props.multi_processor_count,
             "l2_mb": round(props.L2_cache_size / 2**20, 1),
             "total_memory_gb": round(props.total_memory / 2**30, 1),
