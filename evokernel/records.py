@@ -13,6 +13,13 @@ from enum import Enum
 from typing import Any
 
 
+#: The first line of a no-code candidate whose reply's edits did not apply to its parent
+#: (evokernel.operators.parsing.code_from_reply): the prefix, then why (the failing block and
+#: the reason), then the reply as it came. The evaluators reject it as ``no_code`` with that
+#: reason as the detail.
+NO_CODE_NOTE = "# evokernel no code: "
+
+
 def source_id(source: str) -> str:
     """A candidate's id: the first 16 hex digits of the SHA-256 of its source text."""
     return hashlib.sha256(source.encode()).hexdigest()[:16]
@@ -39,6 +46,13 @@ class Candidate:
     @property
     def id(self) -> str:
         return source_id(self.source)
+
+    @property
+    def no_code_note(self) -> str | None:
+        """Why this candidate holds no code (its first line after NO_CODE_NOTE), or None."""
+        if not self.source.startswith(NO_CODE_NOTE):
+            return None
+        return self.source[len(NO_CODE_NOTE):].split("\n", 1)[0].strip() or "no code"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -59,6 +59,8 @@ class FakeEvaluator:
         return out
 
     def judge(self, c: Candidate) -> EvalResult:
+        if c.no_code_note is not None:
+            return EvalResult.failure(c.id, Reason.NO_CODE, c.no_code_note)
         if "class ModelNew" not in c.source:
             return EvalResult.failure(c.id, Reason.NO_CODE, "no ModelNew (fake evaluator)")
         if BROKEN in c.source:

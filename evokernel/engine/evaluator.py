@@ -45,8 +45,12 @@ class Evaluator(Protocol):
 def static_check(cand: Candidate) -> EvalResult | None:
     """Reject, without running anything, a source that is not a module defining ModelNew.
 
+    A reply whose edits did not apply is rejected with their reason (Candidate.no_code_note).
     Returns None when the candidate may go on to be built.
     """
+    note = cand.no_code_note
+    if note is not None:
+        return EvalResult.failure(cand.id, Reason.NO_CODE, note)
     try:
         tree = ast.parse(cand.source)
     except SyntaxError as e:
