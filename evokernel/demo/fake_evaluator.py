@@ -2,6 +2,8 @@
 anywhere (CI, a laptop) with ``--evaluator fake``. Its numbers are NOT measurements.
 
 Verdicts follow what the evaluator would say about the scripted LLM's replies:
+- a reply whose SEARCH/REPLACE edits did not apply (Candidate.no_code_note): rejected,
+  ``no_code``, with the failing block as the detail, as the real evaluator does;
 - no ``class ModelNew`` in the source: rejected, ``no_code``;
 - the scripted LLM's injected ``#error``: rejected, ``build_error`` (so repair is exercised);
 - otherwise accepted, with a time from a fixed landscape over the kernel's ``// tune:`` constants
