@@ -51,7 +51,8 @@ def measurements(result: EvalResult | None) -> str:
                                                           else "")]
         if result.norm_error_ratio is not None or result.max_error_ratio is not None:
             lines.append(f"- error vs the float64 truth, as a multiple of PyTorch's FP32 error: "
-                         f"norm-wise {result.norm_error_ratio}, element-wise {result.max_error_ratio}"
+                         f"norm-wise {result.norm_error_ratio}, element-wise "
+                         f"{result.max_error_ratio}"
                          f" (bound {result.tolerance_factor}) on the '{result.distribution}' "
                          "inputs")
         return "\n".join(lines)

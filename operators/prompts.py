@@ -88,8 +88,9 @@ class ModelNew(nn.Module):
     def forward(self, *same_inputs_as_Model):
         return ext.my_op(...)
 ```
-Do not pass `-arch` flags; the build chooses the architecture of the GPU in use. Each request
-shows the build's `ptxas -v` report of the current kernel (registers, spills, shared memory).
+Do not pass `-arch` flags; the build chooses the architecture of the GPU in use. Requests show
+the build's `ptxas -v` report of the current kernel (registers, spills, shared memory) when the
+build gave one.
 
 # Precision: the gate decides, by measurement
 The correctness gate measures your output's error against a float64 ground truth, norm-wise and

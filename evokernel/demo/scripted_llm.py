@@ -133,7 +133,7 @@ def _change(prompt: str, idea: str, source: str, fate: str, h: int) -> str:
 
 
 def scripted_reply(messages: list[dict]) -> str:
-    """The reply to the prompt in ``messages`` (the operators' prompts, evokernel.operators.prompts)."""
+    """The reply to the prompt in ``messages`` (evokernel.operators.prompts' requests)."""
     prompt = messages[-1]["content"]
     if "DISTINCT ideas" in prompt:
         return _ideas(prompt)

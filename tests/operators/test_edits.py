@@ -39,12 +39,15 @@ def test_blocks_apply_in_order_inside_or_outside_fences():
     assert out.failure == "" and out.blocks == 2
     assert out.source == PARENT.replace(
         "constexpr int BLOCK = 256;  // tune: 128 256 512\n",
-        "constexpr int BLOCK = 512;  // tune: 256 512 1024\nconstexpr int UNROLL = 4;   // tune: 1 2 4\n")
+        "constexpr int BLOCK = 512;  // tune: 256 512 1024\n"
+        "constexpr int UNROLL = 4;   // tune: 1 2 4\n")
 
 
 def test_trailing_whitespace_is_forgiven_and_a_block_may_delete_lines():
-    reply = block("class ModelNew(nn.Module):   \n    def forward(self, x):\n", "class ModelNew(nn.Module):\n    def forward(self, x):  # same\n")
-    assert apply_edits(reply, PARENT).source == PARENT.replace("(self, x):\n", "(self, x):  # same\n")
+    reply = block("class ModelNew(nn.Module):   \n    def forward(self, x):\n",
+                  "class ModelNew(nn.Module):\n    def forward(self, x):  # same\n")
+    assert apply_edits(reply, PARENT).source == PARENT.replace("(self, x):\n",
+                                                               "(self, x):  # same\n")
     deleted = apply_edits(block("import torch.nn as nn\n", ""), PARENT)
     assert deleted.source == PARENT.split("\n", 1)[1]
     marks = ("<<<<<", "=====", ">>>>>")                 # 5 to 9 marker characters
@@ -77,13 +80,18 @@ def test_several_matches_are_refused_with_their_lines():
     assert "matches 2 places (lines 5, 8); it must match exactly one" in out.failure
 
 
+S, D, E = "<<<<<<< SEARCH\n", "=======\n", ">>>>>>> REPLACE\n"
+
+
 @pytest.mark.parametrize("reply, words", [
-    ("<<<<<<< SEARCH\nimport torch.nn as nn\n>>>>>>> REPLACE\n", "block 1 (reply line 1): no '=======' line"),
-    ("<<<<<<< SEARCH\nimport torch.nn as nn\n=======\nimport torch\n", "block 1 (reply line 1): no '>>>>>>> REPLACE' line"),
-    ("<<<<<<< SEARCH\n\n=======\nimport torch\n>>>>>>> REPLACE\n", "its SEARCH section is empty"),
-    ("intro\n=======\nimport torch\n>>>>>>> REPLACE\n", "a '>>>>>>> REPLACE' line (reply line 4) without its '<<<<<<< SEARCH'"),
-    ("<<<<<<< SEARCH\na\n<<<<<<< SEARCH\nb\n=======\nc\n>>>>>>> REPLACE\n", "block 1 (reply line 1): no '=======' line"),
-    ("<<<<<<< SEARCH\na\n=======\nb\n<<<<<<< SEARCH\n", "block 1 (reply line 1): no '>>>>>>> REPLACE' line"),
+    (S + "import torch.nn as nn\n" + E, "block 1 (reply line 1): no '=======' line"),
+    (S + "import torch.nn as nn\n" + D + "import torch\n",
+     "block 1 (reply line 1): no '>>>>>>> REPLACE' line"),
+    (S + "\n" + D + "import torch\n" + E, "its SEARCH section is empty"),
+    ("intro\n" + D + "import torch\n" + E,
+     "a '>>>>>>> REPLACE' line (reply line 4) without its '<<<<<<< SEARCH'"),
+    (S + "a\n" + S + "b\n" + D + "c\n" + E, "block 1 (reply line 1): no '=======' line"),
+    (S + "a\n" + D + "b\n" + S, "block 1 (reply line 1): no '>>>>>>> REPLACE' line"),
 ])
 def test_malformed_blocks_are_named(reply, words):
     out = apply_edits(reply, PARENT)
@@ -101,7 +109,8 @@ def test_code_from_reply_prefers_edits_and_falls_back_to_the_whole_module():
     whole = f"Idea: rewrite\n```python\n{PARENT.replace('256', '512')}```\n"
     assert code_from_reply(whole, PARENT) == (PARENT.replace("256", "512"), "")
     assert code_from_reply(whole) == (PARENT.replace("256", "512"), "")
-    edits = "```python\n" + block("class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):  # e\n") + "```\n"
+    edits = "```python\n" + block("class ModelNew(nn.Module):\n",
+                                   "class ModelNew(nn.Module):  # e\n") + "```\n"
     code, failure = code_from_reply(edits, PARENT)
     assert failure == "" and "class ModelNew(nn.Module):  # e\n" in code
     bad = block("no such line\n", "x\n")
