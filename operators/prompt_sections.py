@@ -68,10 +68,9 @@ def measurements(result: EvalResult | None) -> str:
                      f"{result.compile_speedup:.3g}x")
     if result.floor_ms and result.candidate_ms:
         lines.append(f"- memory floor: {_f(result.floor_ms)} ms (minimum bytes: each input read "
-                     "once, each output written once, over the measured copy bandwidth); this "
+                     "once, each output written once, over the GPU's measured bandwidth); this "
                      f"kernel takes {result.pct_of_floor:.0f}% of it (its minimum bytes move "
-                     f"at {100 * result.floor_ms / result.candidate_ms:.0f}% of the copy "
-                     "bandwidth)")
+                     f"at {100 * result.floor_ms / result.candidate_ms:.0f}% of that bandwidth)")
     if result.compute_floor_ms and result.candidate_ms:
         lines.append(f"- FP32 compute reference: {_f(result.compute_floor_ms)} ms (the reference "
                      "algorithm's FLOPs over the measured FP32 rate); this kernel takes "
@@ -203,7 +202,9 @@ def gpu_sheet(device: Mapping[str, Any]) -> str:
               f"peak {d['hbm_peak_gbs']} GB/s (memory clock x bus width)"
               if d.get("hbm_peak_gbs") else "",
               f"measured copy bandwidth {d['copy_gbs']:.0f} GB/s (read + write of a 1 GiB "
-              "device copy)" if d.get("copy_gbs") else ""]
+              "device copy)" if d.get("copy_gbs") else "",
+              f"measured read {d['read_gbs']:.0f} GB/s" if d.get("read_gbs") else "",
+              f"measured write {d['write_gbs']:.0f} GB/s" if d.get("write_gbs") else ""]
     if any(memory):
         lines.append("- memory: " + "; ".join(x for x in memory if x))
     fp32 = [f"{d['fp32_tflops']:.1f} TFLOP/s measured (FP32 matmul, TF32 off)"

@@ -48,14 +48,17 @@ def device_sheet(props: Any, peaks: Any = None, arch: str | None = None) -> dict
             shared_memory_per_block_optin, max_threads_per_multi_processor, warp_size,
             L2_cache_size, total_memory, clock_rate and memory_clock_rate in kHz,
             memory_bus_width in bits; missing ones are left out).
-        peaks: the measured DevicePeaks (copy_gbs, fp32_tflops), or None.
+        peaks: the measured DevicePeaks (copy_gbs, fp32_tflops, and read_gbs / write_gbs where
+            it has them), or None.
         arch: the arch the candidates are built for ("9.0"), or None.
     Returns: a dict with keys device, capability, arch, sm_count, registers_per_sm,
         max_registers_per_thread, max_threads_per_sm, max_warps_per_sm, max_threads_per_block,
         max_blocks_per_sm, shared_mem_per_sm_kb, shared_mem_per_block_kb,
         shared_mem_per_block_optin_kb, l2_mb, total_memory_gb, hbm_peak_gbs (2 x memory clock x
         bus width, double data rate), copy_gbs (measured: bytes read + written per second / 1e9
-        of a 1 GiB device copy), fp32_tflops (measured: an 8192^3 FP32 matmul, TF32 off),
+        of a 1 GiB device copy), read_gbs and write_gbs (measured read-only and write-only
+        bandwidth, when the peaks have them), fp32_tflops (measured: an 8192^3 FP32 matmul,
+        TF32 off),
         fp32_peak_tflops (SMs x FP32 lanes x 2 FLOP x clock), clusters (bool),
         max_cluster_blocks_portable, async_copy (the copy engines a kernel may use).
     Raises: ValueError if ``props`` has no major/minor compute capability.
@@ -87,6 +90,8 @@ def device_sheet(props: Any, peaks: Any = None, arch: str | None = None) -> dict
         "hbm_peak_gbs": (round(2 * mem_khz * 1e3 * bus_bits / 8 / 1e9)
                          if mem_khz and bus_bits else None),
         "copy_gbs": getattr(peaks, "copy_gbs", None),
+        "read_gbs": getattr(peaks, "read_gbs", None),
+        "write_gbs": getattr(peaks, "write_gbs", None),
         "fp32_tflops": getattr(peaks, "fp32_tflops", None),
         "fp32_peak_tflops": (round(sms * lanes * 2 * clock_khz * 1e3 / 1e12, 1)
                              if sms and lanes and clock_khz else None),

@@ -16,7 +16,8 @@ H200_LIKE = SimpleNamespace(
     max_threads_per_multi_processor=2048, warp_size=32, L2_cache_size=60 * 2**20,
     total_memory=143771 * 2**20, clock_rate=1980000, memory_clock_rate=3201000,
     memory_bus_width=6144)
-PEAKS = SimpleNamespace(copy_gbs=4021.5, fp32_tflops=51.2, tf32_tflops=378.0, bf16_tflops=710.0)
+PEAKS = SimpleNamespace(copy_gbs=4021.5, read_gbs=4310.0, write_gbs=4150.0, fp32_tflops=51.2,
+                        tf32_tflops=378.0, bf16_tflops=710.0)
 
 
 def test_sheet_has_what_an_engineer_tunes_against():
@@ -30,6 +31,7 @@ def test_sheet_has_what_an_engineer_tunes_against():
     assert s["l2_mb"] == 60.0 and s["total_memory_gb"] == 140.4
     assert s["hbm_peak_gbs"] == 4917                    # 2 x 3.201 GHz x 768 bytes
     assert s["copy_gbs"] == 4021.5 and s["fp32_tflops"] == 51.2
+    assert (s["read_gbs"], s["write_gbs"]) == (4310.0, 4150.0)
     assert s["fp32_peak_tflops"] == 66.9                # 132 SMs x 128 lanes x 2 x 1.98 GHz
     assert s["clusters"] is True and s["max_cluster_blocks_portable"] == 8
     assert "TMA" in s["async_copy"]

@@ -69,7 +69,8 @@ def context(llm=None, **kw) -> SearchContext:
 #: memory per block; L2; HBM; FP32 rate; clusters; compute capability).
 GPU_ITEMS = ("132 SMs", "65536 32-bit registers", "228 KiB shared memory", "2048 threads",
              "227 KiB of dynamic shared memory", "L2 60.0 MiB", "copy bandwidth 4022 GB/s",
-             "peak 4917 GB/s", "51.2 TFLOP/s measured", "thread-block clusters",
+             "peak 4917 GB/s", "measured read 4310 GB/s", "51.2 TFLOP/s measured",
+             "thread-block clusters",
              "compute capability 9.0", "sm_90")
 #: What the parent's report must say (time, speedups, floors and bound, ptxas, kernels, ncu).
 KERNEL_ITEMS = ("time: 0.52 ms", "PyTorch eager (TF32 off): 1.064 ms -> speedup 2.05x",
