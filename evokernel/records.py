@@ -13,6 +13,13 @@ from enum import Enum
 from typing import Any
 
 
+#: The first line of a no-code candidate whose reply's edits did not apply to its parent
+#: (evokernel.operators.parsing.code_from_reply): the prefix, then why (the failing block and
+#: the reason), then the reply as it came. The evaluators reject it as ``no_code`` with that
+#: reason as the detail.
+NO_CODE_NOTE = "# evokernel no code: "
+
+
 def source_id(source: str) -> str:
     """A candidate's id: the first 16 hex digits of the SHA-256 of its source text."""
     return hashlib.sha256(source.encode()).hexdigest()[:16]
@@ -39,6 +46,13 @@ class Candidate:
     @property
     def id(self) -> str:
         return source_id(self.source)
+
+    @property
+    def no_code_note(self) -> str | None:
+        """Why this candidate holds no code (its first line after NO_CODE_NOTE), or None."""
+        if not self.source.startswith(NO_CODE_NOTE):
+            return None
+        return self.source[len(NO_CODE_NOTE):].split("\n", 1)[0].strip() or "no code"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -151,6 +165,28 @@ class KernelResources:
 
 
 @dataclass(frozen=True)
+class KernelProfile:
+    """A few Nsight Compute metrics of one kernel of a profiled candidate call
+    (evokernel.engine.ncu; ``ncu --clock-control none``), merged over its ``launches``.
+
+    duration_us: GPU time, summed over launches (``gpu__time_duration.sum``); the percentages
+    are duration-weighted means over launches: dram_throughput_pct
+    (``dram__throughput.avg.pct_of_peak_sustained_elapsed``), achieved_occupancy_pct
+    (``sm__warps_active.avg.pct_of_peak_sustained_active``), sm_throughput_pct
+    (``sm__throughput.avg.pct_of_peak_sustained_elapsed``), l2_hit_rate_pct
+    (``lts__t_sector_hit_rate.pct``); None when ncu did not report the metric.
+    """
+
+    name: str
+    launches: int = 1
+    duration_us: float | None = None
+    dram_throughput_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    sm_throughput_pct: float | None = None
+    l2_hit_rate_pct: float | None = None
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """The verdict on one candidate, with the numbers behind it.
 
@@ -161,7 +197,8 @@ class EvalResult:
     ``compute_floor_ms`` is the reference algorithm's FLOPs over the measured FP32 rate: a
     compute reference shown beside it, never a reason to reject (a kernel may do less work).
     ``kernels`` holds the per-kernel GPU times of one profiled call; ``resources`` the
-    ``ptxas -v`` report of the candidate's kernels, when known.
+    ``ptxas -v`` report of the candidate's kernels, when known; ``profile`` a few Nsight Compute
+    metrics per kernel when the run profiles (``--profile``; evokernel.engine.ncu).
     Error ratios are the worst over all checks; ``tolerance_factor`` is the bound they must meet.
     ``eval_s`` is the wall seconds the GPU worker spent on the candidate (load, gate, anti-cheat
     checks, timing); ``time_s`` the part of it in the timing loop (reference and candidate
@@ -190,6 +227,7 @@ class EvalResult:
     log: str = ""                       # compiler output or traceback tail, when there is one
     kernels: tuple[KernelTime, ...] = ()
     resources: tuple[KernelResources, ...] = ()
+    profile: tuple[KernelProfile, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -227,6 +265,7 @@ class EvalResult:
         d["flags"] = list(self.flags)
         d["kernels"] = [dataclasses.asdict(k) for k in self.kernels]
         d["resources"] = [dataclasses.asdict(r) for r in self.resources]
+        d["profile"] = [dataclasses.asdict(p) for p in self.profile]
         return d
 
     @classmethod
@@ -238,6 +277,7 @@ class EvalResult:
         d["flags"] = tuple(d.get("flags", ()))
         d["kernels"] = tuple(KernelTime(**k) for k in d.get("kernels", ()))
         d["resources"] = tuple(KernelResources(**r) for r in d.get("resources", ()))
+        d["profile"] = tuple(KernelProfile(**p) for p in d.get("profile", ()))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

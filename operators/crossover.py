@@ -44,10 +44,10 @@ class LLMCrossover:
         if parent_a.id == parent_b.id:
             logger.debug("{}: both parents are {}; nothing to merge", self.name, parent_a.id)
             return []
-        messages = crossover_prompt(ctx.problem.source, parent_a, ctx.results.get(parent_a.id),
-                                    parent_b, ctx.results.get(parent_b.id))
         fallback = f"merge of ({_short(parent_a.idea)}) and ({_short(parent_b.idea)})"
-        requests = plan_samples(ctx, self.children, lambda i: Request(
-            messages=messages, purpose="crossover", sample_index=i, idea=fallback,
-            parents=(parent_a, parent_b), idea_from_reply=True))
+        n = self.children
+        requests = plan_samples(ctx, n, lambda i, j: Request(
+            messages=crossover_prompt(ctx, parent_a, parent_b, variant=(j, n)),
+            purpose="crossover", sample_index=i, idea=fallback, parents=(parent_a, parent_b),
+            idea_from_reply=True, base_source=parent_a.source))
         return write_children(requests, ctx, operator=self.name)

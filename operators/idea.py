@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 from loguru import logger
 
 from evokernel.errors import LLMError, LLMPending
-from evokernel.operators.parsing import extract_code, extract_summary, parse_ideas
+from evokernel.operators.parsing import code_from_reply, extract_summary, parse_ideas
 from evokernel.operators.prompts import ideas_prompt, implement_prompt
-from evokernel.records import Candidate
+from evokernel.records import NO_CODE_NOTE, Candidate
 from evokernel.operators.base import SearchContext
 
 #: Most threads one operator call starts; the LLM client's semaphore bounds requests anyway.
@@ -36,6 +36,7 @@ class Request:
     idea: str                         # the child's idea when the reply does not override it
     parents: tuple[Candidate, ...]
     idea_from_reply: bool = False     # use the reply's "Idea: ..." line when it has one
+    base_source: str | None = None    # the kernel a reply's SEARCH/REPLACE edits apply to
 
 
 def draw_sample_base(ctx: SearchContext) -> int:
@@ -48,8 +49,12 @@ def write_children(requests: Sequence[Request], ctx: SearchContext, *,
                    operator: str) -> list[Candidate]:
     """Send ``requests`` concurrently and turn each reply into a child of ``ctx.generation``.
 
-    A reply with no usable code becomes a child whose source is the raw reply (the evaluator
-    rejects it as ``no_code`` and the run store keeps it). A request that fails with LLMError
+    A reply with SEARCH/REPLACE edits is applied to the request's ``base_source``
+    (parsing.code_from_reply). A reply with no usable code becomes a child whose source is the
+    raw reply, and one whose edits do not apply a child whose source is the reply after a
+    NO_CODE_NOTE line naming the failing block and why (the evaluator rejects both as
+    ``no_code``, the latter with that detail, and the run store keeps them). A request that
+    fails with LLMError
     (including BudgetExceeded) is logged and skipped; the others are kept. Children already in
     ``ctx.seen_ids``, or duplicated within this call, are dropped. Order follows ``requests``.
     Returns: the children ([] when ``ctx.llm`` is None).
@@ -69,8 +74,12 @@ def write_children(requests: Sequence[Request], ctx: SearchContext, *,
             logger.warning("{}: {} call {} failed, skipped: {}", operator, req.purpose,
                            req.sample_index, e)
             return None
-        code = extract_code(reply.text)
-        if code is None:
+        code, failure = code_from_reply(reply.text, req.base_source)
+        if failure:
+            logger.info("{}: {} reply's edits did not apply ({}); kept as a no-code candidate",
+                        operator, req.purpose, failure)
+            code = f"{NO_CODE_NOTE}{failure}\n{reply.text}"
+        elif code is None:
             logger.info("{}: {} reply holds no usable code; kept as a no-code candidate",
                         operator, req.purpose)
         idea = req.idea
@@ -100,9 +109,10 @@ class IdeaMutation:
     """One LLM call writes k distinct ideas for the parent; then m implementations of each idea
     are written concurrently (k*m calls, bounded by the client's concurrency limit).
 
-    The ideas call sees the problem, the parent's source and measured result
-    (``ctx.results[parent.id]``), the ideas tried in the parent's lineage (``ctx.lineage``) and
-    the GPU (``ctx.device``). Implementation j of idea i is requested with ``sample_index = base + j``
+    The ideas and implementation calls see the problem, the parent's source and measured result
+    (``ctx.results[parent.id]``), the lineage's history (``ctx.lineage``, else ``ctx.history``),
+    the inspirations, the GPU (``ctx.device``) and this call's place in the generation
+    (evokernel.operators.prompts). Implementation j of idea i is requested with ``sample_index = base + j``
     (``base`` drawn from ``ctx.rng``), so the m samples are distinct cache entries, and the same
     idea proposed again later for the same parent gets fresh implementations, not a replay.
 
@@ -140,9 +150,7 @@ class IdeaMutation:
         """
         if ctx.llm is None:
             return []
-        history = ctx.lineage if ctx.lineage else ctx.history
-        messages = ideas_prompt(ctx.problem.source, parent.source, ctx.results.get(parent.id),
-                                history, ctx.device, k)
+        messages = ideas_prompt(ctx, parent, k)
         try:
             reply = ctx.llm.complete(messages, purpose="ideas",
                                      sample_index=draw_sample_base(ctx))
@@ -177,9 +185,9 @@ class IdeaMutation:
             return []
         m = self._km(ctx)[1]
         base = draw_sample_base(ctx)    # a repeated idea on the same parent gets fresh samples
-        requests = [Request(messages=implement_prompt(ctx.problem.source, parent.source, idea),
+        requests = [Request(messages=implement_prompt(ctx, parent, idea, variant=(j, m)),
                             purpose="implement", sample_index=base + j, idea=idea,
-                            parents=(parent,))
+                            parents=(parent,), base_source=parent.source)
                     for idea in ideas for j in range(m)]
         return write_children(requests, ctx, operator=self.name)
 
@@ -188,9 +196,11 @@ class IdeaMutation:
         return self.implement(parent, self.propose(parent, ctx), ctx)
 
 
-def plan_samples(ctx: SearchContext, n: int, make: Callable[[int], Request]) -> list[Request]:
-    """``n`` requests built by ``make(sample_index)``, sample indices drawn from ``ctx.rng``."""
+def plan_samples(ctx: SearchContext, n: int, make: Callable[[int, int], Request]
+                 ) -> list[Request]:
+    """``n`` requests built by ``make(sample_index, j)`` for j = 0..n-1, sample indices drawn
+    from ``ctx.rng`` (the prompt names sample j of n, so the n requests differ)."""
     if n < 1:
         raise ValueError(f"need at least one sample, got {n}")
     base = draw_sample_base(ctx)
-    return [make(base + j) for j in range(n)]
+    return [make(base + j, j) for j in range(n)]

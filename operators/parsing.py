@@ -1,14 +1,28 @@
-"""Robust parsing of LLM replies: the candidate's code, its one-line idea, and lists of ideas.
+"""Robust parsing of LLM replies: the candidate's code (a whole module, or SEARCH/REPLACE edits
+of its parent), its one-line idea, and lists of ideas.
 
 Nothing here raises on a malformed reply: a reply with no usable code gives None (the operator
-then keeps the raw reply as a candidate that the evaluator rejects as ``no_code``), and a reply
-with no readable ideas gives [].
+then keeps the raw reply as a candidate that the evaluator rejects as ``no_code``), edits that
+do not apply give the failing block and why, and a reply with no readable ideas gives [].
+
+Edits (``apply_edits``) are blocks in this form, anywhere in the reply (inside a fenced block
+or not), applied in order, each to the result of the ones before::
+
+    <<<<<<< SEARCH
+    lines copied exactly from the current kernel
+    =======
+    the lines that replace them
+    >>>>>>> REPLACE
+
+The markers take 5 to 9 ``<``, ``=`` or ``>`` characters. A SEARCH section must match exactly
+one place in the text, line for line (trailing whitespace ignored when no exact match exists).
 """
 from __future__ import annotations
 
 import ast
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 _FENCE_STRICT = re.compile(r"^[ \t]*(```+|~~~+)[ \t]*([\w+#.-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$",
@@ -189,3 +203,125 @@ def parse_ideas(reply: Any, k: int) -> list[str]:
         if len(out) == k:
             break
     return out
+
+
+_EDIT_START = re.compile(r"^[ \t]*<{5,9}[ \t]*SEARCH[ \t]*$")
+_EDIT_DIVIDER = re.compile(r"^[ \t]*={5,9}[ \t]*$")
+_EDIT_END = re.compile(r"^[ \t]*>{5,9}[ \t]*REPLACE[ \t]*$")
+
+
+@dataclass(frozen=True)
+class EditBlock:
+    """One SEARCH/REPLACE block: the lines to find and their replacement, and the reply line
+    (1-based) its ``<<<<<<< SEARCH`` marker is on."""
+
+    search: tuple[str, ...]
+    replace: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class EditResult:
+    """The outcome of applying a reply's edits: ``source`` (the edited module) when every block
+    applied, else None and ``failure`` naming the first block that did not and why."""
+
+    source: str | None
+    blocks: int
+    failure: str = ""
+
+
+def has_edits(reply: Any) -> bool:
+    """Whether the reply holds at least one ``<<<<<<< SEARCH`` marker line."""
+    return isinstance(reply, str) and any(_EDIT_START.match(ln) for ln in reply.splitlines())
+
+
+def parse_edits(reply: str) -> tuple[list[EditBlock], str]:
+    """The SEARCH/REPLACE blocks of a reply, and "" or what is malformed (which block, which
+    reply line, what is missing). Stops at the first malformed block."""
+    blocks: list[EditBlock] = []
+    lines = reply.splitlines()
+    i = 0
+    while i < len(lines):
+        if _EDIT_END.match(lines[i]):
+            return blocks, (f"block {len(blocks) + 1}: a '>>>>>>> REPLACE' line (reply line "
+                            f"{i + 1}) without its '<<<<<<< SEARCH'")
+        if not _EDIT_START.match(lines[i]):
+            i += 1
+            continue
+        n, start = len(blocks) + 1, i
+        div = next((j for j in range(i + 1, len(lines)) if _EDIT_DIVIDER.match(lines[j])
+                    or _EDIT_START.match(lines[j]) or _EDIT_END.match(lines[j])), None)
+        if div is None or not _EDIT_DIVIDER.match(lines[div]):
+            return blocks, (f"block {n} (reply line {start + 1}): no '=======' line between "
+                            "'<<<<<<< SEARCH' and '>>>>>>> REPLACE'")
+        end = next((j for j in range(div + 1, len(lines)) if _EDIT_END.match(lines[j])
+                    or _EDIT_START.match(lines[j])), None)
+        if end is None or not _EDIT_END.match(lines[end]):
+            return blocks, (f"block {n} (reply line {start + 1}): no '>>>>>>> REPLACE' line "
+                            "after its '======='")
+        search = tuple(lines[start + 1:div])
+        if not any(ln.strip() for ln in search):
+            return blocks, (f"block {n} (reply line {start + 1}): its SEARCH section is empty, "
+                            "so it names no place in the kernel")
+        blocks.append(EditBlock(search, tuple(lines[div + 1:end]), start + 1))
+        i = end + 1
+    return blocks, ""
+
+
+def _places(lines: list[str], search: tuple[str, ...], strip: bool) -> list[int]:
+    key = (lambda x: x.rstrip()) if strip else (lambda x: x)
+    want = [key(x) for x in search]
+    n = len(want)
+    return [i for i in range(len(lines) - n + 1)
+            if key(lines[i]) == want[0] and [key(x) for x in lines[i:i + n]] == want]
+
+
+def _first_line(block: EditBlock) -> str:
+    first = next(ln for ln in block.search if ln.strip()).strip()
+    return first if len(first) <= 80 else first[:77] + "..."
+
+
+def apply_edits(reply: str, parent_source: str) -> EditResult:
+    """Apply a reply's SEARCH/REPLACE blocks to ``parent_source``, in order.
+
+    Returns: EditResult with the edited source (ending in one newline); or with source None and
+        ``failure`` saying which block did not apply: malformed (no divider, no end marker,
+        empty SEARCH, a stray end marker), its SEARCH text found nowhere, or found in several
+        places (with their line numbers). A reply with no block fails as "no SEARCH/REPLACE
+        block". Never raises on the reply.
+    """
+    blocks, malformed = parse_edits(reply)
+    if malformed:
+        return EditResult(None, len(blocks), malformed)
+    if not blocks:
+        return EditResult(None, 0, "no SEARCH/REPLACE block in the reply")
+    lines = parent_source.splitlines()
+    for n, block in enumerate(blocks, 1):
+        where = f"block {n} of {len(blocks)} (reply line {block.line}, SEARCH starting " \
+                f"{_first_line(block)!r})"
+        places = _places(lines, block.search, strip=False) or \
+            _places(lines, block.search, strip=True)
+        if not places:
+            return EditResult(None, len(blocks), f"{where}: its SEARCH text is not in the "
+                              "current kernel (after the blocks before it)")
+        if len(places) > 1:
+            at = ", ".join(str(i + 1) for i in places[:6])
+            return EditResult(None, len(blocks), f"{where}: its SEARCH text matches "
+                              f"{len(places)} places (lines {at}); it must match exactly one")
+        i = places[0]
+        lines[i:i + len(block.search)] = list(block.replace)
+    return EditResult("\n".join(lines).rstrip("\n") + "\n", len(blocks))
+
+
+def code_from_reply(reply: Any, base_source: str | None = None) -> tuple[str | None, str]:
+    """The candidate module a reply gives, and "" or why its edits did not apply.
+
+    With ``base_source`` (the kernel the request asked to edit) and SEARCH/REPLACE blocks in
+    the reply, the blocks decide: applied to ``base_source`` they give the module, and a block
+    that does not apply gives (None, its failure). Otherwise the reply's whole module
+    (``extract_code``), or (None, "") when it holds none.
+    """
+    if base_source is not None and has_edits(reply):
+        outcome = apply_edits(reply, base_source)
+        return outcome.source, outcome.failure
+    return extract_code(reply), ""

@@ -37,9 +37,9 @@ class SeedPort:
             logger.warning("{}: no LLM configured; cannot write a first kernel for {}",
                            self.name, problem.name)
             return []
-        messages = port_prompt(problem.source)
-        requests = plan_samples(ctx, self.children, lambda i: Request(
-            messages=messages, purpose="port", sample_index=i,
+        n = self.children
+        requests = plan_samples(ctx, n, lambda i, j: Request(
+            messages=port_prompt(ctx, variant=(j, n)), purpose="port", sample_index=i,
             idea=f"port of the {problem.name} reference to CUDA", parents=(),
             idea_from_reply=True))
         return write_children(requests, ctx, operator=self.name)

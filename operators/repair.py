@@ -40,9 +40,10 @@ class Repair:
         if result.accepted:
             logger.warning("{}: {} was accepted; nothing to repair", self.name, candidate.id)
             return []
-        messages = repair_prompt(ctx.problem.source, candidate, result)
         idea = candidate.idea or f"repair of {candidate.id} ({result.reason.value})"
-        requests = plan_samples(ctx, self.children, lambda i: Request(
-            messages=messages, purpose="repair", sample_index=i, idea=idea,
-            parents=(candidate,), idea_from_reply=not candidate.idea))
+        n = self.children
+        requests = plan_samples(ctx, n, lambda i, j: Request(
+            messages=repair_prompt(ctx, candidate, result, variant=(j, n)), purpose="repair",
+            sample_index=i, idea=idea, parents=(candidate,), idea_from_reply=not candidate.idea,
+            base_source=candidate.source))
         return write_children(requests, ctx, operator=self.name)

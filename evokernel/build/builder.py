@@ -31,8 +31,9 @@ from evokernel.errors import ConfigError
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, extension_key,
                                        load_candidate, patched_load_inline, rewrite_arch_flags,
                                        toolchain, toolkit_header_fallbacks)
+from evokernel.build.ptxas import resources_from_json
 from evokernel.build.publish import publish
-from evokernel.records import Candidate, Reason
+from evokernel.records import Candidate, KernelResources, Reason
 from evokernel.sandbox import worker_env
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class BuildResult:
     build_dirs: the extension folders under ``<cache_dir>/builds``.
     flags: notes such as "arch: -arch=sm_70 -> sm_90", "no_load_inline",
         "import_error_after_build: ...", "deferred_build: ...".
+    resources: the ``ptxas -v`` report of the candidate's kernels (evokernel.build.ptxas);
+        () for a failed build, or an extension built before the report was kept.
     """
 
     candidate_id: str
@@ -89,6 +92,7 @@ class BuildResult:
     log: str = ""
     build_dirs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    resources: tuple[KernelResources, ...] = ()
 
 
 def _tail(text: str) -> str:
@@ -180,7 +184,8 @@ class Builder:
             r = json.loads(done.read_text())
             if r["ok"] and all((Path(d) / MARKER).is_file() for d in r["build_dirs"]):
                 return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
-                                   "", tuple(r["build_dirs"]), tuple(r["flags"]))
+                                   "", tuple(r["build_dirs"]), tuple(r["flags"]),
+                                   resources_from_json(r.get("resources")))
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
@@ -213,7 +218,8 @@ class Builder:
         logger.debug(f"candidate {candidate.id}: ok={r['ok']} in {build_s:.1f} s")
         return BuildResult(candidate.id, r["ok"], None if r["ok"] else Reason.BUILD_ERROR,
                            build_s, bool(r["ok"] and r["cache_hit"]), _tail(log),
-                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry))
+                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry),
+                           resources_from_json(r.get("resources")) if r["ok"] else ())
 
     def _run(self, work: Path, trim: bool, spent_s: float = 0.0) -> tuple[bool, int | None]:
         """Run the build entry point in a session of its own, with ``timeout_s - spent_s`` left;

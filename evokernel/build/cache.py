@@ -16,7 +16,11 @@ goes through ``_LoadInlinePatch``, which:
 4. loads a finished build (marker file present) straight from its ``.so``, without ninja;
 5. with ``trim_headers``, builds ``cuda_sources`` with a light stand-in for ``#include
    <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; evokernel.build.headers), and
-   ``Builder`` (evokernel.build.builder) builds the source as written when that build fails.
+   ``Builder`` (evokernel.build.builder) builds the source as written when that build fails;
+6. with ``ptxas_report``, compiles with ``-Xptxas -v`` and keeps each kernel's registers,
+   spills and shared memory (evokernel.build.ptxas) in the call record and the build folder's
+   marker, so a cache hit reports them too. The flag only adds diagnostics (the binary is the
+   same), so it is added after the cache key is computed and builds made without it stay valid.
 
 ``patched_load_inline`` applies the patch in a build subprocess (``evokernel.build.entry``,
 started by ``evokernel.build.builder.Builder``). ``load_candidate`` runs a candidate in the GPU worker
@@ -34,6 +38,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -44,6 +49,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from loguru import logger
 
 from evokernel.build.headers import LIGHT_HEADER, LIGHT_HEADER_NAME, trim_extension_include
+from evokernel.build.ptxas import parse_ptxas, resources_from_json, resources_to_json
 
 MARKER = "evokernel_built.json"     # written into a build folder once its module has loaded
 ARCH_PATTERN = re.compile(r"^(\d+)\.(\d+)([af]?)$")
@@ -171,7 +177,8 @@ _LOADED_LOCK = threading.Lock()
 class _LoadInlinePatch:
     """A stand-in for ``torch.utils.cpp_extension.load_inline`` (see the module docstring).
 
-    ``calls`` records one dict per call: name, key, build_dir, cache_hit, ok, flags, error.
+    ``calls`` records one dict per call: name, key, build_dir, cache_hit, ok, flags, error,
+    trimmed, resources (the ptxas report as JSON dicts; [] when not asked for or unknown).
     """
 
     def __init__(self, cache_dir: Path, arch: str, trim_headers: bool = False,
@@ -184,6 +191,7 @@ class _LoadInlinePatch:
         self.trim_headers = trim_headers
         self.calls: list[dict[str, Any]] = []
         self.announce = False       # print "evokernel: building ..." before each compile
+        self.ptxas_report = False   # compile with -Xptxas -v and parse its report
         self._original = cpp_extension.load_inline
         while isinstance(self._original, _LoadInlinePatch):
             self._original = self._original._original
@@ -212,14 +220,17 @@ class _LoadInlinePatch:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call: dict[str, Any] = {"name": str(kwargs.get("name", args[0] if args else "?")),
                                 "key": None, "build_dir": None, "cache_hit": True,
-                                "ok": False, "flags": [], "error": None, "trimmed": False}
+                                "ok": False, "flags": [], "error": None, "trimmed": False,
+                                "resources": []}
         self.calls.append(call)
         try:
             a, call["flags"], key = self.prepare(*args, **kwargs)
             call.update(key=key, build_dir=str(self.cache_dir / "builds" / key))
             with _LOADED_LOCK:
                 module = _LOADED.get(key)
-            if module is None:
+            if module is not None:
+                call["resources"] = _marker_resources(Path(call["build_dir"]))
+            else:
                 a.update(name=re.sub(r"\W", "_", str(a["name"])) + "_" + key[:12], verbose=False)
                 module = self._load_or_build(a, key, call)
                 with _LOADED_LOCK:
@@ -247,27 +258,29 @@ class _LoadInlinePatch:
                 tempfile.mkdtemp(prefix="evokernel-builds-"))
         return self.staging_dir
 
-    def _load_cached(self, a: dict[str, Any], key: str) -> Any:
+    def _load_cached(self, a: dict[str, Any], key: str, call: dict[str, Any]) -> Any:
         """The extension from a finished build in the cache, or None."""
         from torch.utils import cpp_extension
         cached = self.cache_dir / "builds" / key
         if not (cached / MARKER).is_file():
             return None
         try:
-            return cpp_extension._import_module_from_library(a["name"], str(cached),
-                                                             a["is_python_module"])
+            module = cpp_extension._import_module_from_library(a["name"], str(cached),
+                                                               a["is_python_module"])
         except Exception as e:                       # damaged build: build it again
             logger.warning(f"{cached}: cached build does not load ({e}); rebuilding")
             return None
+        call["resources"] = _marker_resources(cached)
+        return module
 
     def _load_or_build(self, a: dict[str, Any], key: str, call: dict[str, Any]) -> Any:
-        module = self._load_cached(a, key)
+        module = self._load_cached(a, key, call)
         if module is not None:
             return module
         root = self._build_root()
         with exclusive_lock(root / f"{key}.lock"):
             if root == self.cache_dir / "builds":    # another process may have built it
-                module = self._load_cached(a, key)
+                module = self._load_cached(a, key, call)
             return module if module is not None else self._build(a, root / key, call)
 
     def _build(self, a: dict[str, Any], build_dir: Path, call: dict[str, Any]) -> Any:
@@ -288,12 +301,51 @@ class _LoadInlinePatch:
                   + (" (light headers in place of <torch/extension.h>)" if trimmed else ""),
                   flush=True)
         t0 = time.perf_counter()
-        module = self._original(**a)
+        if self.ptxas_report:
+            a["extra_cuda_cflags"] = list(a["extra_cuda_cflags"] or []) + ["-Xptxas", "-v"]
+            a["verbose"] = True                      # ninja's output then goes to fd 1
+            with _tee_stdout(build_dir / "build_output.log") as output:
+                module = self._original(**a)
+            call["resources"] = resources_to_json(parse_ptxas(output.read_text(errors="replace")))
+        else:
+            module = self._original(**a)
         logger.debug(f"built {module_name} in {time.perf_counter() - t0:.1f} s")
         (build_dir / MARKER).write_text(json.dumps({"module_name": module_name, "key": call["key"],
                                                     "flags": call["flags"],
-                                                    "headers_trimmed": trimmed}, indent=1))
+                                                    "headers_trimmed": trimmed,
+                                                    "resources": call["resources"]}, indent=1))
         return module
+
+
+def _marker_resources(build_dir: Path) -> list[dict[str, Any]]:
+    """The ptxas report kept in a build folder's marker ([] for a build made without one)."""
+    try:
+        data = json.loads((build_dir / MARKER).read_text()).get("resources")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return resources_to_json(resources_from_json(data))
+
+
+@contextlib.contextmanager
+def _tee_stdout(path: Path) -> Iterator[Path]:
+    """Send file descriptor 1 (what ninja and nvcc print with ``verbose=True``) to ``path``
+    while active, then copy it to the original fd 1 (the build log), failure or not.
+    Only used in a build subprocess, where nothing else writes to fd 1 meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(path, "wb") as sink:
+            os.dup2(sink.fileno(), 1)
+            try:
+                yield path
+            finally:
+                sys.stdout.flush()
+                os.dup2(saved, 1)
+    finally:
+        os.close(saved)
+        with contextlib.suppress(OSError), open(path, "rb") as captured, \
+                os.fdopen(os.dup(1), "wb") as out:
+            shutil.copyfileobj(captured, out)
 
 
 @contextlib.contextmanager

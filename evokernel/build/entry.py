@@ -5,7 +5,8 @@ Usage: ``python -m evokernel.build.entry WORK_DIR CACHE_DIR ARCH [trim|full]``. 
 light stand-in for ``<torch/extension.h>``, see evokernel.build.headers; missing extensions
 built in ``WORK_DIR/builds``, which evokernel.build.publish moves into the cache), prints tracebacks to
 stdout (the Builder's log), and writes ``WORK_DIR/result.json``: ok, cache_hit, build_dirs,
-flags, trimmed (some build used the light header). Exits with status 0 whenever the result was
+flags, trimmed (some build used the light header), resources (the ``ptxas -v`` report of every
+kernel built, as JSON dicts; evokernel.build.ptxas). Exits with status 0 whenever the result was
 written, whatever the candidate did.
 """
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main(argv: list[str]) -> None:
     with patched_load_inline(cache_dir, arch, trim_headers=trim,
                              staging_dir=work / "builds") as patch:
         patch.announce = True
+        patch.ptxas_report = True
         try:
             exec_module(source, "evokernel_candidate", str(source_path))
         except BaseException as e:  # noqa: BLE001 - SystemExit from a candidate is a failure too
@@ -71,7 +73,8 @@ def main(argv: list[str]) -> None:
     dirs = list(dict.fromkeys(c["build_dir"] for c in calls if c["build_dir"]))
     result = {"ok": ok, "cache_hit": bool(calls) and all(c["cache_hit"] for c in calls),
               "build_dirs": dirs, "flags": flags,
-              "trimmed": any(c.get("trimmed") for c in calls)}
+              "trimmed": any(c.get("trimmed") for c in calls),
+              "resources": [r for c in calls for r in c.get("resources", ())]}
     write_json_atomic(work / "result.json", result, indent=1)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -29,8 +29,8 @@ _MAX_FLAGS, _MAX_FLAG_CHARS = 50, 500
 
 def read_result(path: Path) -> dict[str, Any] | None:
     """A build's ``result.json`` with its fields checked (ok, cache_hit, trimmed: booleans;
-    build_dirs, flags: lists of strings, flags cut to 50 of 500 characters), or None when it
-    is missing or malformed."""
+    build_dirs, flags: lists of strings, flags cut to 50 of 500 characters; resources: a list of
+    dicts, else []), or None when it is missing or malformed."""
     try:
         r = json.loads(Path(path).read_text(encoding="utf-8"))
         out = {k: r[k] for k in ("ok", "cache_hit", "build_dirs", "flags")}
@@ -43,6 +43,11 @@ def read_result(path: Path) -> dict[str, Any] | None:
                for k in ("build_dirs", "flags")):
         return None
     out["flags"] = [f[:_MAX_FLAG_CHARS] for f in out["flags"][:_MAX_FLAGS]]
+    # The ptxas report (evokernel.build.ptxas): only shown to the LLM, so a forged one misleads
+    # a prompt and nothing else; kept when it has the report's shape, at most 200 kernels.
+    resources = r.get("resources", [])
+    out["resources"] = (resources[:200] if isinstance(resources, list)
+                        and all(isinstance(x, dict) for x in resources) else [])
     return out
 
 

@@ -2,6 +2,8 @@
 anywhere (CI, a laptop) with ``--evaluator fake``. Its numbers are NOT measurements.
 
 Verdicts follow what the evaluator would say about the scripted LLM's replies:
+- a reply whose SEARCH/REPLACE edits did not apply (Candidate.no_code_note): rejected,
+  ``no_code``, with the failing block as the detail, as the real evaluator does;
 - no ``class ModelNew`` in the source: rejected, ``no_code``;
 - the scripted LLM's injected ``#error``: rejected, ``build_error`` (so repair is exercised);
 - otherwise accepted, with a time from a fixed landscape over the kernel's ``// tune:`` constants
@@ -59,6 +61,8 @@ class FakeEvaluator:
         return out
 
     def judge(self, c: Candidate) -> EvalResult:
+        if c.no_code_note is not None:
+            return EvalResult.failure(c.id, Reason.NO_CODE, c.no_code_note)
         if "class ModelNew" not in c.source:
             return EvalResult.failure(c.id, Reason.NO_CODE, "no ModelNew (fake evaluator)")
         if BROKEN in c.source:

@@ -46,8 +46,12 @@ class Evaluator(Protocol):
 def static_check(cand: Candidate) -> EvalResult | None:
     """Reject, without running anything, a source that is not a module defining ModelNew.
 
+    A reply whose edits did not apply is rejected with their reason (Candidate.no_code_note).
     Returns None when the candidate may go on to be built.
     """
+    note = cand.no_code_note
+    if note is not None:
+        return EvalResult.failure(cand.id, Reason.NO_CODE, note)
     try:
         tree = ast.parse(cand.source)
     except SyntaxError as e:
@@ -177,7 +181,8 @@ class CudaEvaluator:
                 if r.accepted:
                     emit("timed", cand.id)
                 done(dataclasses.replace(r, build_s=build.build_s,
-                                         flags=tuple(build.flags) + tuple(r.flags)))
+                                         flags=tuple(build.flags) + tuple(r.flags),
+                                         resources=r.resources or build.resources))
 
         gpu_threads = [threading.Thread(target=gpu_loop, args=(w, g), daemon=True,
                                         name=f"evokernel-gpu{i}")
@@ -219,6 +224,17 @@ class CudaEvaluator:
         for t in gpu_threads:
             t.join()
         return [results[c.id] for c in candidates]
+
+    def profile(self, candidate: Candidate) -> tuple[Any, ...]:
+        """Nsight Compute metrics of one call of an accepted (so already built) candidate, on
+        the first worker's GPU while no candidate is being timed (evokernel.engine.ncu), for
+        ``dataclasses.replace(result, profile=...)``.
+        Returns: tuple of KernelProfile. Raises: ProfileUnavailable (see there)."""
+        from evokernel.engine.ncu import profile_candidate
+        env = dict(self.workers[0].env)
+        return profile_candidate(self.problem.source, candidate.source,
+                                 self.config.cache_path / "profiles" / candidate.id,
+                                 self.config.cache_path, self.arch, env=env)
 
     def close(self) -> None:
         for w in self.workers:

@@ -115,9 +115,11 @@ class Session:
         """What the parent and the prompts learn about the device, the problem's floors and
         baselines, and the reference's kernels."""
         import torch
+        from evokernel.engine.device_sheet import device_sheet
         props = torch.cuda.get_device_properties(self.device)
         p = self.peaks
         return {
+            **device_sheet(props, p, self.arch),
             "device": props.name, "uuid": str(getattr(props, "uuid", "") or ""),
             "sm_count": props.multi_processor_count,
             "l2_mb": round(props.L2_cache_size / 2**20, 1),

@@ -244,6 +244,22 @@ def test_real_build_then_cache_hit(built):
     again = Builder(cache, arch=arch, timeout_s=600).build(Candidate(TINY_KERNEL))
     assert again.ok and again.cache_hit and again.build_s < 1.0
     assert again.build_dirs == first.build_dirs
+    assert again.resources == first.resources      # the ptxas report survives a cache hit
+
+
+def test_real_build_keeps_the_ptxas_report(built):
+    """-Xptxas -v is added to the build (not to its cache key); its report is parsed."""
+    cache, arch, first = built
+    assert [r.name for r in first.resources] == ["add_one_kernel(float const*, float*, int)"]
+    (kernel,) = first.resources
+    assert 4 <= kernel.registers <= 64 and kernel.spill_store_bytes == 0
+    assert kernel.shared_bytes == 0 and kernel.stack_bytes == 0
+    output = (Path(first.build_dirs[0]) / "build_output.log").read_text()
+    assert "ptxas info" in output and "-Xptxas -v" in output
+    cuda_src = TINY_KERNEL.split('cuda_src = r"""')[1].split('"""')[0]
+    assert Path(first.build_dirs[0]).name == extension_key(    # the key is the one without -v
+        arch, name="add_one", cpp_sources="torch::Tensor add_one(torch::Tensor x);",
+        cuda_sources=cuda_src, functions=["add_one"], extra_cuda_cflags=["-O3", "-arch=sm_70"])
 
 
 def test_other_candidate_reuses_extension_and_tolerates_late_errors(built):
@@ -252,6 +268,7 @@ def test_other_candidate_reuses_extension_and_tolerates_late_errors(built):
     r = Builder(cache, arch=arch, timeout_s=120).build(Candidate(source))
     assert r.ok and r.cache_hit and r.build_dirs == first.build_dirs
     assert any(f.startswith("import_error_after_build") for f in r.flags)
+    assert r.resources == first.resources          # read from the extension's marker
 
 
 def test_load_candidate_uses_cache(built):

@@ -91,7 +91,7 @@ def make_ctx(problem, parent, llm, **kw):
     kw.setdefault("history", [Attempt("tried-idea-xyz", "idea", 0.0, "lower_precision")])
     return SearchContext(problem=problem, generation=2, rng=kw.pop("rng", random.Random(0)),
                          llm=llm, results={parent.id: result},
-                         device={"name": "H200-fake", "sm_count": 132}, **kw)
+                         device={"device": "H200-fake", "sm_count": 132}, **kw)
 
 
 def mock_client(script, records=None, **cfg):
@@ -118,7 +118,7 @@ def test_idea_mutation_yields_k_times_m_children_with_lineage(problem, parent):
     assert indices[3] == indices[0] + 1          # implementation j of each idea: base + j
     # The ideas call is conditioned on the parent, its result, the history and the GPU.
     ideas_user = prompts[0][-1]["content"]
-    for needle in (SEED.strip(), "speedup 2.5x", "200% of the physical floor", "tried-idea-xyz",
+    for needle in (SEED.strip(), "speedup 2.5x", "takes 200% of it", "tried-idea-xyz",
                    "lower_precision", "H200-fake", "Propose 3 DISTINCT"):
         assert needle in ideas_user, needle
     assert "mean 1000" in prompts[0][0]["content"] and "// tune:" in prompts[0][0]["content"]
