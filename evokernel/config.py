@@ -51,7 +51,7 @@ class GateConfig:
         measurements once they are committed (gate_report.md/.json under results/). Each
         ratio pair counts by its larger member: a cheat must exceed the factor in one of them.
         Known so far (H200, 2026-11-30): the five seed kernels measured 0.05-1.28, FP16 wmma
-        matmul 256 (norm) / 96.8 (max); DESIGN.md quotes TF32 at K=4096 ~258x; an FP16 hi/lo
+        matmul 256 (norm) / 96.8 (max); docs/architecture.md quotes TF32 at K=4096 ~258x; an FP16 hi/lo
         split is expected near 1 on N(0, 1) and ~40-90 on small_scale (CPU emulation), which
         may set P. Do not change 16 without that data.
     distributions: input distributions to check (evokernel.gate.distributions); a problem may narrow

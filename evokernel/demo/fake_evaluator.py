@@ -10,7 +10,7 @@ Verdicts follow what the evaluator would say about the scripted LLM's replies:
   (each (problem, name, value) gets a factor in [0.7, 1.3) from a hash) and a small per-source
   factor in [0.9, 1.1), so a search has something to climb and never the same answer twice.
 
-``reference_ms`` and ``compile_ms`` are the H200 eager and torch.compile times of DESIGN.md's table
+``reference_ms`` and ``compile_ms`` are the H200 eager and torch.compile times of docs/architecture.md's table
 for the five headline problems (1.0 ms elsewhere); ``floor_ms`` is a fifth of the eager time.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason, Verdict
 from evokernel.operators.tunables import find_tunables
 
-#: (eager ms, torch.compile ms) measured on the H200 (DESIGN.md, "What H200 gives here").
+#: (eager ms, torch.compile ms) measured on the H200 (docs/architecture.md, "Measurements the design relies on").
 H200_BASELINES_MS = {"softmax": (1.064, 0.872), "layernorm": (8.14, 0.376),
                      "matmul": (2.712, 2.784), "conv2d": (1.098, 1.220),
                      "conv2d_relu_maxpool": (1.265, 1.340)}

@@ -33,8 +33,8 @@ non-negative.
 Generator arguments are honoured through the substitute: ``torch.normal(mean, std)`` returns
 ``mean + std * g`` and ``x.uniform_(a, b)`` writes ``a + (b - a) * g``; shape, dtype, device,
 ``generator=``, ``out=`` and ``requires_grad=`` behave as in torch. The offset (mean 1000, spread
-0.1) exposes one-pass variance and other cancellation (DESIGN.md, "The precision gate", 4); the
-constants are the ones DESIGN.md names. In FP16/BF16 inputs the offset spread is below the
+0.1) exposes one-pass variance and other cancellation (docs/architecture.md, "Measurements the design relies on"); the
+constants are the ones the project's founding notes name. In FP16/BF16 inputs the offset spread is below the
 format's spacing at 1000; that is a property of the format, not of this module.
 
 Not thread-safe: torch's module attributes are patched process-wide while a draw runs (the GPU

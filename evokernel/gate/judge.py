@@ -1,4 +1,4 @@
-"""The precision gate and the output anti-cheat checks (DESIGN.md, "The precision gate").
+"""The precision gate and the output anti-cheat checks (docs/architecture.md, "The evaluation, as stages").
 
 Device-agnostic: the same code runs on CPU tensors (tests) and in a GPU worker. The worker, which
 has already imported the problem module, does::

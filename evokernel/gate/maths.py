@@ -40,7 +40,7 @@ REFERENCE_REPRESENTABLE_MAX = 0.5
 
 #: Accumulation error vs wrong function: a failing FP32 candidate whose worse ratio is at most
 #: this many times PyTorch's error is named ACCUMULATION_ERROR, beyond it WRONG_FUNCTION. A naive
-#: sequential FP32 sum over K=4096 measured 238x on the H200 (DESIGN.md, 4b); 1000 leaves ~4x
+#: sequential FP32 sum over K=4096 measured 238x on the H200 (docs/architecture.md, "Measurements the design relies on"); 1000 leaves ~4x
 #: headroom above it. A different function lands above: GELU's tanh form for erf ~3000x
 #: norm-wise on randn inputs, a wrong or missing element 1e4-1e7x (tests/gate/test_gate.py).
 ACCUMULATION_BOUND = 1000.0

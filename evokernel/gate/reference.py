@@ -1,5 +1,5 @@
 """The reference side of the precision gate: everything computed once per problem, before any
-candidate is judged (DESIGN.md, "The precision gate").
+candidate is judged (docs/architecture.md, "The evaluation, as stages").
 
 GateReference builds the reference ``Model`` in strict FP32 and, per (distribution, seed), a
 GateSet: the drawn inputs, their float64 truth and PyTorch's own strict-FP32 error; it also

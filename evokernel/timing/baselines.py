@@ -1,4 +1,4 @@
-"""The ``torch.compile`` baseline (DESIGN.md § Timing), measured once per problem, device, torch
+"""The ``torch.compile`` baseline (docs/architecture.md, stage 7), measured once per problem, device, torch
 and CUDA version, and evaluation settings, then cached on disk.
 
 The eager reference, the default fitness baseline, is timed again with every candidate, interleaved

@@ -1,6 +1,6 @@
 """Timing of the reference and the candidate: interleaved trials, L2 flush, median with a CI.
 
-Method (DESIGN.md § Timing):
+Method (docs/architecture.md, stage 7 of "The evaluation, as stages"):
 
 * every trial flushes L2 (writes a buffer of 2x its size), then synchronizes the whole device,
   queues the spin described below, records a start event, calls the function, records an end
