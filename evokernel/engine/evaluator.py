@@ -126,11 +126,14 @@ class CudaEvaluator:
                                         thread_name_prefix="evokernel-build")
         # Start the workers (reference truths, baselines, floor) while nothing else runs, once
         # no other process uses their GPUs (or the wait is over: then the set-up is marked).
-        shared_at_setup = {}
+        shared_at_setup, waited_s, seen = {}, 0.0, set()
         for d in devices:
             uuid = str(getattr(torch.cuda.get_device_properties(d), "uuid", "") or "")
-            _, others = SharedGpuGuard(NvmlProcesses(uuid), None, policy=config.gpu_sharing,
-                                       wait_s=config.gpu_wait_s).wait_until_free()
+            processes = NvmlProcesses(uuid)
+            seen.update(processes.others())
+            waited, others = SharedGpuGuard(processes, None, policy=config.gpu_sharing,
+                                            wait_s=config.gpu_wait_s).wait_until_free()
+            waited_s += waited
             if others:
                 shared_at_setup[d] = list(others)
         infos = list(ThreadPoolExecutor(len(self.workers)).map(lambda w: w.start(), self.workers))
@@ -139,6 +142,9 @@ class CudaEvaluator:
                        for i in infos]
         self.info: dict[str, Any] = dict(infos[0])
         self.info["gpus"] = len(self.workers)
+        if waited_s >= 0.5:
+            self.info.update(gpu_wait_at_setup_s=round(waited_s, 1),
+                             gpu_other_pids_at_setup=sorted(seen))
         if shared_at_setup:
             self.info["gpu_shared_at_setup"] = shared_at_setup
             logger.warning("the baselines were measured while other processes used the GPU: {}",

@@ -3,8 +3,9 @@ its generations, the search's DEAP Logbook (statistics of the population after e
 and its failures by kind, rendered with rich.
 
 Reads the run store read-only (evokernel.runs.view), so it works on a finished run, a copied one,
-and one that is still running. Speedups are over eager PyTorch (TF32 off); "% of floor" is the
-kernel's time over the physical floor time (100% = at the floor, evokernel.timing.floor).
+and one that is still running. Speedups are over eager PyTorch (TF32 off); "% of the memory floor" is
+the kernel's time over the memory floor (100% = moving the problem's minimum bytes at the
+fastest measured rate, evokernel.timing.floor); the FP32 compute reference is shown beside it.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from evokernel.report.labels import answered_by_line, batch_line, llm_line, scripted_note
-from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, fmt_x,
-                                 kernel_text, lineage_rows)
+from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, floor_text, fmt_x,
+                                 kernel_text, lineage_rows, sharing_text)
 
 
 def _short(text: str, n: int = 72) -> str:
@@ -46,8 +47,10 @@ def summary(view: RunView, relative: bool = True) -> Table:
     row("eager ms", eager_text(view))
     row("compile ms", compile_text(view))
     if dev.get("floor_ms"):
-        row("floor ms", f"{dev['floor_ms']:.4f} ({dev.get('floor_bound', '?')}-bound; "
-                        "100% of floor = at the physical floor)")
+        row("floors", floor_text(view))
+    shared = sharing_text(view)
+    if shared:
+        row("GPU shared", shared)
     best, seed = view.best, view.seed
     row("best", "no kernel accepted yet" if best is None else
         f"{kernel_text(view, best)} [{best.id}, generation {best.candidate.generation}, "

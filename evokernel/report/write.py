@@ -23,8 +23,9 @@ from loguru import logger
 
 from evokernel.report import plots
 from evokernel.report.labels import answered_by_line, idea_heading, llm_line, scripted_note
-from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, fmt_ms, fmt_x,
-                                 kernel_text, lineage_rows, load_run, to_json)
+from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, floor_text, fmt_ms,
+                                 fmt_x, kernel_text, lineage_rows, load_run, sharing_text,
+                                 to_json)
 
 PLOTS = (("speedup_per_generation.png", "Speedup per generation", plots.speedup_per_generation),
          ("candidates.png", "Every candidate", plots.candidates),
@@ -39,9 +40,8 @@ def _summary_rows(view: RunView) -> list[tuple[str, str]]:
             ("device", f"{dev.get('device', '?')}, torch {dev.get('torch', '?')}, "
                        f"CUDA {dev.get('cuda', '?')}" if dev else "not recorded yet"),
             ("eager ms", eager_text(view)), ("torch.compile ms", compile_text(view)),
-            ("floor ms", f"{fmt_ms(dev.get('floor_ms'))} ({dev.get('floor_bound', '?')}-bound;"
-                         " 100% of floor = at the physical floor)"
-             if dev.get("floor_ms") else "-")]
+            ("floors", floor_text(view)),
+            ("GPU shared", sharing_text(view) or "no")]
     for name, e in (("best kernel", view.best), ("seed kernel", view.seed)):
         if e is None:
             rows.append((name, "none accepted yet" if name == "best kernel" else "-"))

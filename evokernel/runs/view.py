@@ -254,8 +254,51 @@ def kernel_text(view: RunView, e: Entry) -> str:
     elif run_compile:
         text += f", {run_compile / r.candidate_ms:.3f}x vs torch.compile"
     if r.pct_of_floor:
-        text += f", {r.pct_of_floor:.0f}% of floor"
+        text += f", {r.pct_of_floor:.0f}% of the memory floor"
     return text
+
+
+def floor_text(view: RunView) -> str:
+    """The run's floors: the memory floor (the one bound) and the FP32 compute reference, each
+    named, and which one the reference's algorithm is bound by; "-" when not measured."""
+    dev = view.device
+    if not dev.get("floor_ms"):
+        return "-"
+    text = (f"memory floor {dev['floor_ms']:.4f} ms ({dev.get('min_bytes', 0):.3g} bytes at "
+            f"{dev.get('bandwidth_gbs') or dev.get('copy_gbs') or 0:.0f} GB/s; 100% = at it)")
+    if dev.get("compute_floor_ms"):
+        text += (f"; FP32 compute reference {dev['compute_floor_ms']:.4f} ms ({dev.get('flops', 0):.3g}"
+                 f" FLOP at {dev.get('fp32_tflops', 0):.1f} TFLOP/s, information only)")
+    return text + f"; the reference is {dev.get('floor_bound', '?')}-bound"
+
+
+def sharing_text(view: RunView) -> str | None:
+    """What a GPU shared with another process did to the run (evokernel.engine.gpu_share):
+    the wait at set-up, candidates that waited, were measured again, or stayed marked; None
+    when the GPU was never shared."""
+    dev = view.device
+    flags = [f for e in view.entries if e.result is not None for f in e.result.flags]
+    waited = [float(f.split(":", 1)[1]) for f in flags if f.startswith("gpu_waited_s:")]
+    again = sum(f == "gpu_remeasured" for f in flags)
+    marked = [f.split(":", 1)[1] for f in flags if f.startswith("gpu_contended:")]
+    setup = dev.get("gpu_shared_at_setup")
+    setup_wait = dev.get("gpu_wait_at_setup_s") or 0.0
+    if not (waited or again or marked or setup or setup_wait >= 0.5):
+        return None
+    parts = []
+    if setup_wait >= 0.5:
+        parts.append(f"waited {setup_wait:.0f} s at set-up for another process to leave the GPU"
+                     + (f" (pid {', '.join(map(str, dev.get('gpu_other_pids_at_setup', [])))})"
+                        if dev.get("gpu_other_pids_at_setup") else ""))
+    if setup:
+        parts.append(f"baselines measured while other processes used the GPU: {setup}")
+    if waited:
+        parts.append(f"{len(waited)} candidates waited {sum(waited):.0f} s in all")
+    if again:
+        parts.append(f"{again} measured again after the GPU was free")
+    if marked:
+        parts.append(f"{len(marked)} marked as measured on a shared GPU ({marked[0]})")
+    return "; ".join(parts)
 
 
 def eager_text(view: RunView) -> str:

@@ -125,3 +125,23 @@ def test_our_own_workers_are_not_other_users():
 def test_without_nvml_others_is_empty():
     lister = NvmlProcesses("00000000-0000-0000-0000-000000000000")
     assert lister.others() == ()
+
+
+def test_show_and_report_say_what_sharing_did(tmp_path):
+    """The view's account of a shared GPU, from the result flags and the set-up info."""
+    import types
+
+    from evokernel.runs.view import sharing_text
+    ok = accepted()
+    marked = ok.__class__(**{**ok.__dict__, "flags": ("gpu_waited_s:12", "gpu_remeasured")})
+    stuck = ok.__class__(**{**ok.__dict__,
+                            "flags": ("gpu_contended:other processes on the GPU (pid 9)",)})
+    entries = [types.SimpleNamespace(result=r) for r in (ok, marked, stuck)]
+    view = types.SimpleNamespace(device={"gpu_wait_at_setup_s": 31.5,
+                                         "gpu_other_pids_at_setup": [12106]}, entries=entries)
+    text = sharing_text(view)
+    assert "waited 32 s at set-up for another process to leave the GPU (pid 12106)" in text
+    assert "1 candidates waited 12 s" in text and "1 measured again" in text
+    assert "1 marked as measured on a shared GPU (other processes on the GPU (pid 9))" in text
+    quiet = types.SimpleNamespace(device={}, entries=[types.SimpleNamespace(result=ok)])
+    assert sharing_text(quiet) is None

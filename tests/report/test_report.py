@@ -182,7 +182,7 @@ def test_show_and_report_print_the_same_numbers(tmp_path, capsys):
     assert main(["show", str(run)]) == 0
     shown = capsys.readouterr().out
     md = write_report(run, tmp_path / "rep").read_text()
-    seed_text = "0.500x vs eager (4.0000 ms), 0.213x vs torch.compile, 1600% of floor"
+    seed_text = "0.500x vs eager (4.0000 ms), 0.213x vs torch.compile, 1600% of the memory floor"
     assert seed_text in shown and f"| seed kernel | {seed_text};" in md
     both = "0.8620 (the last measurement; 1 of 3 candidates timed against 0.8527"
     assert both in " ".join(shown.split()) and both in md

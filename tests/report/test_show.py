@@ -26,8 +26,8 @@ def test_show_recorded_run_summary_lineage_and_failures():
     assert files_state(RECORDED) == before                 # read-only: nothing written
     for text in ("problem      softmax", "NVIDIA H200", "torch 2.11.0+cu130", "CUDA 13.0",
                  "eager ms     1.0635 (median of 5", "compile ms   not measured",
-                 "floor ms     0.5284 (memory-bound", "0.583x vs eager (1.8231 ms)",
-                 "345% of floor", "[d2936d79e447d425, generation 2, idea]",
+                 "memory floor 0.5284 ms", "0.583x vs eager (1.8231 ms)",
+                 "345% of the memory", "[d2936d79e447d425, generation 2, idea]",
                  "6: 5 accepted, 1 rejected, 0 pending", "12 calls (2 from the replay cache)"):
         assert text in out, text
     lineage = out[out.index("lineage of the best kernel"):out.index("generations (")]
@@ -56,7 +56,7 @@ def test_show_crossover_lineage_and_a_run_still_going(tmp_path):
     chain, partners = view.lineage_tree()
     assert chain == view.lineage() and [e.id for e in partners] == [c["c"].id]
     out = rendered(tmp_path / "run")
-    assert "4.000x vs eager (0.5000 ms), 2.000x vs torch.compile, 200% of floor" in out
+    assert "4.000x vs eager (0.5000 ms), 2.000x vs torch.compile, 200% of the memory floor" in out
     assert f"(with {c['c'].id[:8]}) merge a's loads" in out
     assert "1 of 3 generations done, 1 candidates pending" in out
     assert re.search(r"precision\s+lower_precision\s+1", out)
