@@ -108,7 +108,7 @@ def measure_compile_baseline(model: Any, sets: Sequence[Sequence[Any]], config: 
     Returns None, with the traceback printed to the worker's log, when torch.compile fails."""
     import torch
 
-    from evokernel.gate.judge import strict_fp32
+    from evokernel.precision import strict_fp32
     from evokernel.timing.interleaved import time_interleaved
     try:
         compiled = torch.compile(model)
