@@ -64,12 +64,12 @@ def write_children(requests: Sequence[Request], ctx: SearchContext, *,
     if llm is None or not requests:
         return []
 
-    def one(req: Request) -> Candidate | None:
+    def one(req: Request) -> Candidate | LLMPending | None:
         try:
             reply = llm.complete(req.messages, purpose=req.purpose,
                                  sample_index=req.sample_index)
-        except LLMPending:
-            raise
+        except LLMPending as e:        # returned, not raised: Executor.map would cancel the
+            return e                   # requests not yet started, and they would never be written
         except LLMError as e:
             logger.warning("{}: {} call {} failed, skipped: {}", operator, req.purpose,
                            req.sample_index, e)
@@ -91,6 +91,9 @@ def write_children(requests: Sequence[Request], ctx: SearchContext, *,
     workers = max(1, min(len(requests), MAX_THREADS))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"evokernel-{operator}") as pool:
         results = list(pool.map(one, requests))
+    pending = [r for r in results if isinstance(r, LLMPending)]
+    if pending:
+        raise pending[0]
     children: list[Candidate] = []
     seen = set(ctx.seen_ids)
     for child in results:

@@ -168,6 +168,27 @@ def test_one_failed_implementation_does_not_lose_the_others(problem, parent):
     assert sum(1 for r in records if r["error"]) == 2
 
 
+def test_a_pending_request_does_not_cancel_the_others(problem, parent, monkeypatch):
+    """Batch mode: every implementation request is written out even when the first is pending
+    before the rest have started (Executor.map cancels unstarted work once a result raises;
+    CI's loaded 2-core machine lost one request of two that way)."""
+    import evokernel.operators.idea as idea_mod
+    from evokernel.errors import LLMPending
+    monkeypatch.setattr(idea_mod, "MAX_THREADS", 1)     # one worker: requests start in turn
+    asked = []
+
+    class Pending:
+        def complete(self, messages, *, purpose, sample_index):
+            asked.append(sample_index)
+            time.sleep(0.01)
+            raise LLMPending(f"request {sample_index} written out")
+
+    ctx = make_ctx(problem, parent, Pending())
+    with pytest.raises(LLMPending):
+        IdeaMutation(k=4, m=2).implement(parent, ["a", "b", "c", "d"], ctx)
+    assert len(asked) == 8 and len(set(asked)) == 2      # 4 ideas x sample base + j, j < 2
+
+
 def test_failed_ideas_call_returns_nothing_and_raises_nothing(problem, parent):
     with FakeOpenAI(fail_first=100, fail_status=401) as server:
         client = LLMClient(LLMConfig(model="openai/fake-model", api_base=server.api_base,
