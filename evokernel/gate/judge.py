@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from evokernel.gate import maths as gm
+from evokernel.gate import unwritten
 from evokernel.gate.reference import (PERTURB_SPREAD, GateReference, GateSet, align_parameters,
                                       perturb_constant_parameters)
 from evokernel.gate.run import is_strict_fp32, run_candidate, strict_fp32
@@ -195,17 +196,17 @@ class _Judge:
             return self.outcome(False, Reason.RESULT_REUSE, "the output is the previous call's "
                                 "output buffer, overwritten in place", where=where, ratios=ratios)
         self.previous = outs
-        unwritten = [gm.count_poison(o) for o in outs]
+        never_written = [unwritten.count_poison(o) for o in outs]
         total = sum(o.numel() for o in outs)
-        if sum(unwritten) and sum(unwritten) == total:
+        if sum(never_written) and sum(never_written) == total:
             return self.outcome(False, Reason.RESULT_REUSE, "the output was never written: it "
                                 "holds the pattern the gate wrote into freed memory before the "
                                 "call (an output that relies on stale memory, e.g. a freed "
                                 "reference output)", where=where, ratios=ratios)
-        if sum(unwritten):
-            return self.outcome(False, Reason.PARTIAL_OUTPUT, f"{sum(unwritten)} of {total} output "
-                                "elements were never written (they hold the gate's poison "
-                                "pattern)", where=where, ratios=ratios)
+        if sum(never_written):
+            return self.outcome(False, Reason.PARTIAL_OUTPUT,
+                                f"{sum(never_written)} of {total} output elements were never "
+                                "written (they hold the gate's poison pattern)", where=where, ratios=ratios)
         bad = sum(int((~torch.isfinite(o)).sum()) for o in outs)
         if bad:
             note = self._problem_note(gs)
@@ -240,7 +241,7 @@ class _Judge:
         """gate_math.partial_output on each output, with the gate's element-wise bound."""
         for o, t, s, (_, rm) in zip(outs, gs.truths, gs.stats, gs.reference_errors):
             tol = self.tolerance_factor * max(rm, gm.unit_roundoff(o.dtype) * s.max_abs)
-            found = gm.partial_output(o, t, tol)
+            found = unwritten.partial_output(o, t, tol)
             if found:
                 return found
         return ""

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from evokernel.gate import maths as gm
+from evokernel.gate import unwritten
 from evokernel.precision import is_strict_fp32, strict_fp32
 from evokernel.records import Reason
 
@@ -102,7 +103,7 @@ def poison_free_memory(device: torch.device, out_nbytes: list[int]) -> None:
     blocks = []
     try:
         for n in sizes:
-            blocks.append(torch.full((max(1, min(n, cap) // 4),), gm.POISON_WORD,
+            blocks.append(torch.full((max(1, min(n, cap) // 4),), unwritten.POISON_WORD,
                                      dtype=torch.int32, device=device))
     except torch.cuda.OutOfMemoryError:
         pass

@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from evokernel.gate import fallback
 from evokernel.gate import maths as gm
+from evokernel.gate import unwritten
 from evokernel.config import GateConfig
 from evokernel.errors import ConfigError
 from evokernel.gate.judge import gate_candidate
@@ -77,32 +78,32 @@ def matmul():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_poison_reads_as_nan_and_is_counted(dtype):
-    p = gm.poison_tensor((3, 5), dtype)
+    p = unwritten.poison_tensor((3, 5), dtype)
     assert p.dtype == dtype and torch.isnan(p).all()
-    assert gm.count_poison(p) == 15
+    assert unwritten.count_poison(p) == 15
     computed = torch.full((3, 5), math.nan, dtype=dtype)   # a NaN from arithmetic: not poison
-    assert gm.count_poison(computed) == 0
+    assert unwritten.count_poison(computed) == 0
     mixed = torch.cat([p, torch.zeros(2, 5, dtype=dtype)])
-    assert gm.count_poison(mixed) == 15
-    assert gm.count_poison(torch.zeros(4, dtype=torch.int32)) == 0
+    assert unwritten.count_poison(mixed) == 15
+    assert unwritten.count_poison(torch.zeros(4, dtype=torch.int32)) == 0
 
 
 def test_poison_word_is_the_int32_fill_the_gate_writes():
-    words = torch.full((4,), gm.POISON_WORD, dtype=torch.int32)
-    assert gm.count_poison(words.view(torch.float32)) == 4
-    assert gm.count_poison(words.view(torch.float64)) == 2
-    assert gm.count_poison(words.view(torch.float16)) == 8
+    words = torch.full((4,), unwritten.POISON_WORD, dtype=torch.int32)
+    assert unwritten.count_poison(words.view(torch.float32)) == 4
+    assert unwritten.count_poison(words.view(torch.float64)) == 2
+    assert unwritten.count_poison(words.view(torch.float16)) == 8
 
 
 def test_unwritten_output_is_result_reuse_and_half_written_is_partial(matmul):
-    def unwritten(a, b):
-        return gm.poison_tensor((a.shape[0], b.shape[1]), torch.float32)
+    def never_written(a, b):
+        return unwritten.poison_tensor((a.shape[0], b.shape[1]), torch.float32)
 
     def half(a, b):
         out = a @ b
-        out[32:] = gm.poison_tensor((32, b.shape[1]), torch.float32)
+        out[32:] = unwritten.poison_tensor((32, b.shape[1]), torch.float32)
         return out
-    outcome = gate_candidate(matmul, Fn(unwritten))
+    outcome = gate_candidate(matmul, Fn(never_written))
     assert outcome.reason is Reason.RESULT_REUSE and "never written" in outcome.detail
     outcome = gate_candidate(matmul, Fn(half))
     assert outcome.reason is Reason.PARTIAL_OUTPUT and "2048 of 4096" in outcome.detail
@@ -113,17 +114,17 @@ def test_unwritten_output_is_result_reuse_and_half_written_is_partial(matmul):
 def test_partial_output_by_slices():
     t = torch.randn(8, 100, dtype=torch.float64)
     out = t.float().clone()
-    assert gm.partial_output(out, t, 1e-6) == ""                       # all right
+    assert unwritten.partial_output(out, t, 1e-6) == ""                       # all right
     out[3:] = 0
-    found = gm.partial_output(out, t, 1e-6)
+    found = unwritten.partial_output(out, t, 1e-6)
     assert "3 of 8 slices along dim 0 are right" in found and "5 wholly wrong" in found
-    assert gm.partial_output(torch.zeros_like(out), t, 1e-6) == ""     # nothing right: not partial
+    assert unwritten.partial_output(torch.zeros_like(out), t, 1e-6) == ""     # nothing right: not partial
     noisy = (t * (1 + 1e-3 * torch.randn_like(t))).float()               # wrong everywhere, a bit
-    assert gm.partial_output(noisy, t, 1e-6) == ""
+    assert unwritten.partial_output(noisy, t, 1e-6) == ""
     batch = torch.randn(1, 4, 10, 10, dtype=torch.float64)               # first dim of size 1
     b_out = batch.float().clone()
     b_out[0, 1:] = float("nan")
-    assert "along dim 1" in gm.partial_output(b_out, batch, 1e-6)
+    assert "along dim 1" in unwritten.partial_output(b_out, batch, 1e-6)
 
 
 def test_partial_output_names_the_reason(matmul):
