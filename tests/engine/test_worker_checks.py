@@ -217,6 +217,35 @@ def test_a_content_keyed_cache_is_caught_on_fresh_inputs_and_the_floor_still_hol
     assert r.reason is Reason.IMPOSSIBLE_SPEED and "memory floor" in r.detail, r.detail
 
 
+DELAYED_TWICE = HEADER + '''
+import time
+class ModelNew(nn.Module):
+    """Honest, but its next DELAYS calls are 20 ms late, as when the host is preempted."""
+    def __init__(self):
+        super().__init__()
+        self.delays = 0
+    def forward(self, x):
+        if self.delays:
+            self.delays -= 1
+            time.sleep(0.02)
+        return own_softmax(x)
+'''
+
+
+def test_a_host_delay_on_some_fresh_calls_is_not_a_cache():
+    """The fresh check compares the fastest fresh call: a delay on two of the three (a host
+    preempted under load) leaves one at the kernel's own time, while a cache is slow on all."""
+    import evokernel.engine.stages as stages
+    s = _session()
+    assert len(s.fresh_inputs) == 3
+    t = _gated(s, DELAYED_TWICE, limit=1)
+    t.model_new.delays = 2
+    assert stages.Fresh()(s, t) is None
+    t.model_new.delays = 3                   # slow on every fresh set: what a cache looks like
+    r = stages.Fresh()(s, t)
+    assert r is not None and r.reason is Reason.CACHED_OUTPUT and "at best" in r.detail
+
+
 TAMPER_NO_MODEL = '''
 import time
 time.perf_counter = lambda: 0.0       # patched at import, then no ModelNew at all
@@ -283,5 +312,6 @@ def _gated(s, source, limit):
     t = Trial(candidate=Candidate(source=source))
     for stage in stages.DEFAULT_STAGES[:7]:
         assert stage(s, t) is None, stage.name
-    t.model_new.calls = 10**6 if limit == 0 else t.model_new.calls
+    if limit == 0:
+        t.model_new.calls = 10**6
     return t
