@@ -206,7 +206,8 @@ class _Judge:
         if sum(never_written):
             return self.outcome(False, Reason.PARTIAL_OUTPUT,
                                 f"{sum(never_written)} of {total} output elements were never "
-                                "written (they hold the gate's poison pattern)", where=where, ratios=ratios)
+                                "written (they hold the gate's poison pattern)", where=where,
+                                ratios=ratios)
         bad = sum(int((~torch.isfinite(o)).sum()) for o in outs)
         if bad:
             note = self._problem_note(gs)
