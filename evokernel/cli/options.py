@@ -16,7 +16,8 @@ from loguru import logger
 
 from evokernel.config import (KNOWN_DISTRIBUTIONS, EvalConfig, GateConfig, LLMConfig, RunConfig,
                               SearchConfig)
-from evokernel.errors import ConfigError, NoGPUError
+from evokernel.engine import factory
+from evokernel.errors import ConfigError
 
 GATE, SEARCH, EVAL, RUN = GateConfig(), SearchConfig(), EvalConfig(), RunConfig()
 
@@ -131,9 +132,7 @@ def llm_config(args: argparse.Namespace) -> LLMConfig:
 
 def require_gpu() -> None:
     """Raises: NoGPUError (with NO_GPU_HELP) when PyTorch sees no CUDA GPU."""
-    import torch
-    if not torch.cuda.is_available():
-        raise NoGPUError(NO_GPU_HELP)
+    factory.require_gpu(NO_GPU_HELP)
 
 
 def configure_logging(verbose: bool, sink: Any = None) -> None:
