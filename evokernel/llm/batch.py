@@ -31,7 +31,7 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 #: The Batch API endpoint every line asks for.
 ENDPOINT = "/v1/chat/completions"
@@ -57,6 +57,8 @@ class BatchRequest:
         temperature, max_tokens: the sampling settings (max_tokens None: not sent).
         purpose, sample_index: what the call is for, and its sample index (part of the key,
             never sent to the model).
+        params: the sampling settings in the provider's own names and limits, or None (sent
+            as temperature and max_tokens).
     """
 
     custom_id: str
@@ -66,11 +68,18 @@ class BatchRequest:
     max_tokens: int | None
     purpose: str
     sample_index: int
+    params: Mapping[str, Any] | None = None
 
     def body(self) -> dict[str, Any]:
-        """The chat-completions body: model, messages and the sampling settings."""
-        body: dict[str, Any] = {"model": provider_model(self.model), "messages": self.messages,
-                                "temperature": self.temperature}
+        """The chat-completions body: model, messages and the sampling settings, as the
+        provider takes them when ``params`` is given (evokernel.llm.client.provider_params:
+        litellm's mapping, e.g. ``max_completion_tokens`` and no temperature for gpt-5), else
+        temperature and max_tokens as they are."""
+        body: dict[str, Any] = {"model": provider_model(self.model), "messages": self.messages}
+        if self.params is not None:
+            body.update(self.params)
+            return body
+        body["temperature"] = self.temperature
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         return body

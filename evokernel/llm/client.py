@@ -45,7 +45,8 @@ from evokernel.config import LLMConfig
 from evokernel.errors import BudgetExceeded, LLMError, LLMPending
 from evokernel.llm.batch import BatchQueue, BatchRequest
 from evokernel.llm.cache import STAND_IN, LLMReply, ReplyCache, mock_label, request_key
-from evokernel.llm.retry import HardTimeout, is_retryable, load_litellm, retry_after_s
+from evokernel.llm.retry import (HardTimeout, is_retryable, load_litellm, provider_params,
+                                 retry_after_s)
 from evokernel.llm.tokens import reply_usage
 
 __all__ = ["LLMClient", "LLMReply", "MockResponse", "ReplyCache", "STAND_IN", "is_retryable",
@@ -298,7 +299,9 @@ class LLMClient:
         cfg = self.config
         self.batch.add(BatchRequest(custom_id=key, model=model, messages=messages,
                                     temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                                    purpose=purpose, sample_index=sample_index))
+                                    purpose=purpose, sample_index=sample_index,
+                                    params=provider_params(model, cfg.temperature,
+                                                           cfg.max_tokens)))
         raise LLMPending(f"{purpose}: request {key[:12]} queued for the LLM batch (not sent; "
                          "waiting for its reply, not an error)")
 

@@ -1,4 +1,5 @@
-"""litellm's lazy import, and which failed calls are worth retrying (evokernel.llm.client).
+"""litellm's lazy import, the sampling settings as a provider takes them (for the batch mode's
+raw request lines), and which failed calls are worth retrying (evokernel.llm.client).
 
 litellm is imported only when a call, a count or a batch submission needs it
 (``load_litellm``), so ``import evokernel`` stays fast and light.
@@ -21,6 +22,33 @@ def load_litellm() -> Any:
     import litellm  # lazy: importing litellm takes seconds; `import evokernel` must not
     litellm.suppress_debug_info = True
     return litellm
+
+
+#: What get_optional_params adds that is not a sampling setting of a batch line's body.
+_NOT_SAMPLING = ("stream", "extra_body")
+
+
+def provider_params(model: str, temperature: float, max_tokens: int | None) -> dict[str, Any]:
+    """``temperature`` and ``max_tokens`` in the names and limits the provider of ``model``
+    (a litellm "provider/name") accepts, as litellm maps them for a live call with
+    ``drop_params=True`` (litellm.utils.get_optional_params): e.g. gpt-5 and o3 take
+    ``max_completion_tokens`` and no temperature other than 1, so the temperature is left out.
+    A model litellm cannot map keeps both settings as they are. Returns: a dict for a
+    chat-completions body."""
+    plain: dict[str, Any] = {"temperature": temperature}
+    if max_tokens is not None:
+        plain["max_tokens"] = max_tokens
+    litellm = load_litellm()
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+        mapped = litellm.utils.get_optional_params(
+            model=name, custom_llm_provider=provider, temperature=temperature,
+            max_tokens=max_tokens, drop_params=True)
+    except Exception:            # an unknown provider or model: send what the config says
+        return plain
+    out = {k: v for k, v in mapped.items() if k not in _NOT_SAMPLING and v is not None}
+    return out if "max_tokens" in out or "max_completion_tokens" in out or max_tokens is None \
+        else plain
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -77,6 +77,27 @@ def test_an_export_is_openai_batch_jsonl_plus_one_file_per_request(tmp_path, sto
     assert store.llm_calls() == []                       # a pending request is not a call
 
 
+@pytest.mark.parametrize("model, sampling", [
+    ("openai/gpt-5", {"max_completion_tokens": 4096}),        # no temperature other than 1
+    ("openai/o3", {"max_completion_tokens": 4096}),
+    ("openai/gpt-4o-mini", {"temperature": 0.8, "max_tokens": 4096}),
+])
+def test_a_batch_line_carries_the_settings_as_the_provider_takes_them(tmp_path, model,
+                                                                      sampling):
+    """A raw batch line gets no drop_params: litellm's mapping is applied when it is queued,
+    so a gpt-5 line does not carry the temperature its API refuses. The key is unchanged."""
+    queue = BatchQueue()
+    client = LLMClient(LLMConfig(model=model, max_tokens=4096),
+                       cache_path=tmp_path / "c.sqlite", batch=queue)
+    with pytest.raises(LLMPending):
+        client.complete(MSG, purpose="ideas", sample_index=1)
+    (req,) = queue.take()
+    assert req.batch_line()["body"] == {"model": model.split("/", 1)[1], "messages": MSG,
+                                        **sampling}
+    assert req.custom_id == request_key(model, MSG, 0.8, 4096, 1)
+    assert req.request_file()["temperature"] == 0.8      # what the run asked for, on record
+
+
 def test_the_client_queues_instead_of_sending_and_bills_an_import_once(tmp_path):
     records, queue = [], BatchQueue()
     client = LLMClient(LLMConfig(model=MODEL, max_total_tokens=1000),
