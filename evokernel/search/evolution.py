@@ -44,7 +44,8 @@ from evokernel.runs.store import RunStore
 from evokernel.search.archive import Archive, sel_niches
 from evokernel.search.contexts import GenerationContexts
 from evokernel.search.runstate import (GenerationStats, RunResult, batch_round,
-                                       check_credentials, connect_llm, discard_if_empty,
+                                       check_credentials, check_resumable, connect_llm,
+                                       discard_if_empty,
                                        raise_if_every_llm_call_failed, saved_state)
 from evokernel.search.toolbox import (Individual, KernelEvaluation, OperatorChoice,
                                       SpeedupFitness, batch_map, logbook_record, new_logbook,
@@ -157,6 +158,10 @@ class Evolution:
         if resume:
             store = RunStore(run_dir)
             cfg = store.config()
+            if self.llm is None and cfg.llm.model is not None:
+                check_resumable(store, run_dir, batch=self.llm_batch is not None)
+                if sends:
+                    check_credentials(cfg)
         else:
             store = RunStore.create(run_dir, cfg, problem)
         self._store = store

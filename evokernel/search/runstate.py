@@ -116,6 +116,21 @@ def check_credentials(cfg: RunConfig) -> None:
                           "local server")
 
 
+def check_resumable(store: RunStore, run_dir: Path, *, batch: bool) -> None:
+    """Refuse to resume a run whose batch-mode requests still wait for replies without the
+    batch mode: resumed live, they would be sent again (or fail without a key) and the
+    generation saved without their children, so their replies could never count.
+
+    Raises: ConfigError naming the run folder, how many requests wait, and what to do.
+    """
+    waiting = store.llm_requests("pending")
+    if waiting and not batch:
+        raise ConfigError(f"{run_dir}: {len(waiting)} LLM request(s) written out by the batch "
+                          "mode still wait for replies (`evokernel llm pending "
+                          f"{run_dir}`); import them with `evokernel llm import`, then resume "
+                          "with the same --llm-batch DIR")
+
+
 def connect_llm(llm: Any, cfg: RunConfig, store: RunStore, run_dir: Path) -> Any:
     """The run's LLM client: ``llm`` when one was passed in (its calls then recorded in
     ``store`` unless it records them elsewhere), else a new LLMClient for ``cfg.llm.model``

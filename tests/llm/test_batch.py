@@ -9,7 +9,7 @@ import pytest
 
 from evokernel.config import LLMConfig, RunConfig, SearchConfig
 from evokernel.demo.scripted_llm import scripted_reply
-from evokernel.errors import LLMError, LLMPending
+from evokernel.errors import ConfigError, LLMError, LLMPending
 from evokernel.llm.batch import BatchQueue, write_replies
 from evokernel.llm.batch_import import import_replies
 from evokernel.llm.batch_mode import BatchMode
@@ -301,3 +301,24 @@ def test_a_reply_without_code_becomes_a_no_code_candidate(tmp_path):
     cands, results = store.candidates(), store.results()
     kept = [c for c in cands.values() if c.source == text]
     assert len(kept) == 1 and results[kept[0].id].reason.value == "no_code"
+
+
+def test_a_run_waiting_for_batch_replies_is_not_resumed_live(tmp_path, stopped, monkeypatch):
+    """Resumed without --llm-batch, the written-out requests would be sent again or fail for
+    want of a key, and the generation saved without their children: refused, named."""
+    cfg, store = stopped
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    live = Evolution(problem(tmp_path), cfg, mutations=[IdeaMutation()], crossovers=[],
+                     evaluator=BuildingFakeEvaluator())
+    with pytest.raises(ConfigError, match=r"6 LLM request\(s\) written out by the batch mode "
+                                          r"still wait for replies"):
+        live.run(resume=True)
+    assert len(store.llm_requests("pending")) == 6         # nothing sent, nothing lost
+    for r in store.llm_requests("pending"):                # answered: the key is what is missing
+        (tmp_path / "batch" / "replies" / f"{r['key']}.txt").write_text(scripted_reply(
+            r["request"]["messages"]))
+    assert import_replies(tmp_path / "batch", cfg.run_dir).problems == ()
+    live = Evolution(problem(tmp_path), cfg, mutations=[IdeaMutation()], crossovers=[],
+                     evaluator=BuildingFakeEvaluator())
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        live.run(resume=True)
