@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -285,6 +286,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     common.configure_logging(args.verbose)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    common.require_gpu(args)                     # before any folder is made
     root = Path(args.run_root or f"runs/ablation-{time.strftime('%Y%m%d-%H%M%S')}")
     root.mkdir(parents=True, exist_ok=True)
     llm = common.llm_label(args)
@@ -308,4 +310,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script("ablation_branching", main))

@@ -66,11 +66,16 @@ def require_gpu(args: argparse.Namespace | None = None) -> None:
 
 def run_script(name: str, main: Any) -> int:
     """Run ``main()`` as the script ``name``: an evokernel error ends it with one line
-    ("NAME: what was wrong") and exit status 2, an interrupt with 130."""
+    ("NAME: what was wrong") and exit status 2, as does a path of the user's that cannot be
+    used (missing, a file where a folder is wanted, no permission); an interrupt with 130."""
     try:
         main()
     except EvokernelError as e:
         print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{name}: {e.filename + ': ' if e.filename else ''}{e.strerror or e}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{name}: interrupted (run it again to resume)", file=sys.stderr)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from typing import Any, Callable
 
 from evokernel.cli import check, options, problems, rundir, run, suite
@@ -76,10 +78,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a scheduler, ``kill``), raised in the main thread like Ctrl-C so
+    the same clean-up runs: build and GPU worker processes are stopped, not left orphaned."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default: sys.argv), run the command, return its exit status."""
+    """Parse ``argv`` (default: sys.argv), run the command, return its exit status: 0, 1 (the
+    command's own failure), 2 (bad input, no GPU), 130 (Ctrl-C), 143 (SIGTERM), 141 (a closed
+    pipe)."""
     args = build_parser().parse_args(argv)
     options.configure_logging(args.verbose)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
     except NoGPUError as e:
@@ -89,16 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     except EvokernelError as e:
         print(f"evokernel: {e}", file=sys.stderr)
         return 2
-    except (FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
-        print(f"evokernel: {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("evokernel: interrupted; resume with `evokernel run --resume RUN_DIR`",
+    except KeyboardInterrupt as e:
+        hint = "; resume with `evokernel run --resume RUN_DIR`" if args.command == "run" else ""
+        print(f"evokernel: {'terminated' if isinstance(e, Terminated) else 'interrupted'}{hint}",
               file=sys.stderr)
-        return 130
+        return 143 if isinstance(e, Terminated) else 130
     except BrokenPipeError:             # `evokernel problems | head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:                # a path of the user's: missing, a file, no permission
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"evokernel: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""`evokernel`'s exit statuses for what goes wrong outside a command's own logic: a user's path
+that does not exist, SIGTERM (clean-up as for Ctrl-C, not orphaned builds), Ctrl-C."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from evokernel.cli import main as cli
+
+
+def test_a_missing_output_folder_is_one_line_and_status_2(capsys):
+    rc = cli.main(["report", "tests/fixtures/run_mock_llm", "-o", "/proc/no/such/dir"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("evokernel: /proc/no"), err
+
+
+def test_ctrl_c_hints_resume_only_for_run(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+    parser = cli.build_parser()
+    args = parser.parse_args(["show", "tests/fixtures/run_mock_llm"])
+    monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {
+        "parse_args": lambda self, argv: args})())
+    args.func = interrupted
+    assert cli.main([]) == 130
+    assert capsys.readouterr().err.strip() == "evokernel: interrupted"
+
+
+def test_sigterm_unwinds_like_ctrl_c_and_exits_143(tmp_path):
+    """A child that sleeps inside a command: SIGTERM raises Terminated in the main thread, so
+    `finally` blocks (which stop build and worker processes) run."""
+    code = ("import time, sys\nfrom evokernel.cli import main as cli\n"
+            "def slow(args):\n"
+            "    try:\n        time.sleep(60)\n"
+            f"    finally:\n        open({str(tmp_path / 'cleaned')!r}, 'w').close()\n"
+            "p = cli.build_parser()\nargs = p.parse_args(['show', 'x'])\nargs.func = slow\n"
+            "cli.build_parser = lambda: type('P', (), {'parse_args': lambda s, a: args})()\n"
+            "sys.exit(cli.main([]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            cwd=os.getcwd())
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and "evokernel: terminated" in err, err
+    assert (tmp_path / "cleaned").exists()
