@@ -6,8 +6,9 @@ None (the candidate goes on) or its EvalResult (evokernel.engine.pipeline). In o
 =============  ==========================================================  =====================
 stage          what it does                                                 reasons it can return
 =============  ==========================================================  =====================
-load           scan the source, import the module (its extension is         no_code, load_error
-               built), make ``ModelNew`` with the reference's parameters
+load           scan the source, import the module (its extension or NVRTC   no_code, load_error,
+               cubin is loaded), make ``ModelNew`` with the reference's     build_error (NVRTC)
+               parameters
 gate           the precision gate on every input set (evokernel.gate)       (records the outcome)
 tamper         timers patched, threads or processes started, evokernel's    timer_tampering,
                own code changed (evokernel.engine.tamper)                   threads
@@ -39,9 +40,10 @@ from typing import Any
 
 import torch
 
+from evokernel import nvrtc
 from evokernel.build import cache as build_cache
 from evokernel.engine import outputs as out
-from evokernel.engine.faults import classify_exception, tail
+from evokernel.engine.faults import classify_exception, load_detail, tail
 from evokernel.engine.pipeline import Stage, Trial, WorkerState
 from evokernel.gate import fallback
 from evokernel.gate import maths as gm
@@ -55,17 +57,19 @@ from evokernel.timing.clocks import default_clock
 from evokernel.timing.interleaved import host_quiet, side_stream_suspect, time_interleaved
 
 
-
 class Load:
-    """Scan the source (flags only), import the candidate module (its load_inline extension
-    comes from the build cache), and make ``ModelNew`` with the reference's parameters
-    (GateReference.prepare_candidate). NO_CODE without ``ModelNew``; LOAD_ERROR when the import
-    or the constructor raises; a sticky CUDA error is raised for the session to handle."""
+    """Scan the source (flags only), import the candidate module (its load_inline extension, or
+    the cubins of its ``compile_kernels`` calls, come from the build cache; evokernel.nvrtc
+    compiles a missing one here, for this worker's arch), and make ``ModelNew`` with the
+    reference's parameters (GateReference.prepare_candidate). NO_CODE without ``ModelNew``;
+    BUILD_ERROR for an NVRTC compile error (its lines in the kernel file); LOAD_ERROR when the
+    import or the constructor raises; a sticky CUDA error is raised for the session to handle."""
 
     name = "load"
 
     def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
         t.add_flags(scan_source(t.candidate.source))
+        nvrtc.configure(s.config.cache_path, s.arch)
         try:
             module = build_cache.load_candidate(t.candidate.source,
                                                 f"evokernel_cand_{t.candidate.id}",
@@ -79,8 +83,9 @@ class Load:
                 raise
             if reason is Reason.RUNTIME_ERROR:
                 reason = Reason.LOAD_ERROR
-            return t.reject(reason, f"{type(e).__name__}: {e}"[:2000],
-                            log=tail(traceback.format_exc()))
+            return t.reject(reason, load_detail(e, t.candidate.source),
+                            log=tail((e.log + "\n" if isinstance(e, nvrtc.NvrtcCompileError) else "")
+                                     + traceback.format_exc()))
         return None
 
 
