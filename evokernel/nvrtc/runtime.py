@@ -30,9 +30,9 @@ from evokernel.nvrtc.signature import Param, pack_args
 #: MaxDynamicSharedMemorySize); above it the kernel's attribute is raised first.
 DEFAULT_DYNAMIC_SMEM = 48 * 1024
 _MAX_BLOCK_THREADS = 1024
-_CONSTANT = (r"^[ \t]*(?:#[ \t]*define[ \t]+NAME[ \t]+|(?:static[ \t]+)?(?:constexpr|const)[ \t]"
-             r"[\w: \t]*?\bNAME[ \t]*=[ \t]*)\(?(?P<v>[-+]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*"
-             r"(?:[eE][-+]?\d+)?))[uUlLfF]*\)?")
+_CONSTANT = (r"^[ \t]*(?:#[ \t]*define[ \t]+NAME[ \t]+|(?:static[ \t]+)?(?:constexpr|const)\b"
+             r"[^;\n=]*?(?:[^;\n]*,)?[ \t]*\bNAME[ \t]*=[ \t]*)\(?(?P<v>[-+]?(?:0[xX][0-9a-fA-F]+|"
+             r"\d+\.?\d*(?:[eE][-+]?\d+)?))[uUlLfF]*\)?")
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,6 @@ class Kernel:
             wrong shape, more than 1024 threads per block, or arguments that do not fit;
             cuda.core's CUDAError when the driver refuses the launch.
         """
-        import torch
         g = _block_threads(grid, "grid", self.name)
         b = _block_threads(block, "block", self.name)
         threads = 1
@@ -123,8 +122,11 @@ class Kernel:
         if not isinstance(shared_mem, int) or isinstance(shared_mem, bool) or shared_mem < 0:
             raise KernelArgumentError(f"kernel {self.name}: shared_mem must be an int >= 0 "
                                       f"(bytes), got {shared_mem!r}")
-        device = torch.cuda.current_device()
+        import torch
+        device = torch.cuda.current_device() if torch.cuda.is_available() else None
         packed = pack_args(self.name, self.params, args, device=device)
+        if device is None:
+            raise KernelArgumentError(f"kernel {self.name}: no CUDA device to launch on")
         from cuda.core import LaunchConfig, launch
         handle = self._kernel(device, shared_mem)
         stream = self._module.stream(torch.cuda.current_stream(device))
