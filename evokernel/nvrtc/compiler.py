@@ -116,7 +116,7 @@ def parse_options(options: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         if t in ("-D", "-Xptxas", "--ptxas-options", "-arch", "--gpu-architecture",
                  "-maxrregcount", "--maxrregcount") and nxt is not None:
-            t, i = f"{t}={nxt}", i + 1
+            t, i = (f"-D{nxt}" if t == "-D" else f"{t}={nxt}"), i + 1
         i += 1
         if not t:
             continue
