@@ -2,6 +2,8 @@
 context survives it."""
 from __future__ import annotations
 
+import traceback
+
 from evokernel.gate.run import error_text, is_launch_error, is_sticky
 from evokernel.nvrtc.compiler import locate
 from evokernel.nvrtc.errors import NvrtcCompileError
@@ -44,3 +46,10 @@ def load_detail(exc: BaseException, source: str) -> str:
         text += "; at the kernel file's " + "; ".join(
             f"line {e}" for e in locate(exc.errors, exc.source, source)[:8])
     return text[:2000]
+
+
+def load_log(exc: BaseException) -> str:
+    """The log of a candidate whose import or constructor raised ``exc``: NVRTC's log for an
+    NVRTC compile error, then the traceback; its tail (``tail``)."""
+    head = exc.log + "\n" if isinstance(exc, NvrtcCompileError) and exc.log else ""
+    return tail(head + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))

@@ -6,9 +6,8 @@ None (the candidate goes on) or its EvalResult (evokernel.engine.pipeline). In o
 =============  ==========================================================  =====================
 stage          what it does                                                 reasons it can return
 =============  ==========================================================  =====================
-load           scan the source, import the module (its extension or NVRTC   no_code, load_error,
-               cubin is loaded), make ``ModelNew`` with the reference's     build_error (NVRTC)
-               parameters
+load           scan the source, import the module (its extension built, its  no_code, load_error,
+               NVRTC kernels compiled), make ``ModelNew``                   build_error (NVRTC)
 gate           the precision gate on every input set (evokernel.gate)       (records the outcome)
 tamper         timers patched, threads or processes started, evokernel's    timer_tampering,
                own code changed (evokernel.engine.tamper)                   threads
@@ -35,7 +34,6 @@ accept         the accepted result and its detail                           ok
 from __future__ import annotations
 
 import time
-import traceback
 from typing import Any
 
 import torch
@@ -43,7 +41,7 @@ import torch
 from evokernel import nvrtc
 from evokernel.build import cache as build_cache
 from evokernel.engine import outputs as out
-from evokernel.engine.faults import classify_exception, load_detail, tail
+from evokernel.engine.faults import classify_exception, load_detail, load_log
 from evokernel.engine.pipeline import Stage, Trial, WorkerState
 from evokernel.gate import fallback
 from evokernel.gate import maths as gm
@@ -58,12 +56,11 @@ from evokernel.timing.interleaved import host_quiet, side_stream_suspect, time_i
 
 
 class Load:
-    """Scan the source (flags only), import the candidate module (its load_inline extension, or
-    the cubins of its ``compile_kernels`` calls, come from the build cache; evokernel.nvrtc
-    compiles a missing one here, for this worker's arch), and make ``ModelNew`` with the
-    reference's parameters (GateReference.prepare_candidate). NO_CODE without ``ModelNew``;
-    BUILD_ERROR for an NVRTC compile error (its lines in the kernel file); LOAD_ERROR when the
-    import or the constructor raises; a sticky CUDA error is raised for the session to handle."""
+    """Scan the source (flags only), import the candidate module (its load_inline extension or
+    NVRTC cubins come from the build cache; evokernel.nvrtc compiles a missing one for this
+    worker's arch), and make ``ModelNew`` with the reference's parameters (GateReference.
+    prepare_candidate). NO_CODE without ``ModelNew``; BUILD_ERROR for an NVRTC compile error;
+    LOAD_ERROR when the import or the constructor raises; a sticky CUDA error is raised."""
 
     name = "load"
 
@@ -83,9 +80,7 @@ class Load:
                 raise
             if reason is Reason.RUNTIME_ERROR:
                 reason = Reason.LOAD_ERROR
-            return t.reject(reason, load_detail(e, t.candidate.source),
-                            log=tail((e.log + "\n" if isinstance(e, nvrtc.NvrtcCompileError) else "")
-                                     + traceback.format_exc()))
+            return t.reject(reason, load_detail(e, t.candidate.source), log=load_log(e))
         return None
 
 

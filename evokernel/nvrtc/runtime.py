@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from evokernel.nvrtc import compiler
+import evokernel.nvrtc.compiler as compiler
 from evokernel.nvrtc.compiler import CompileSpec, Compiled
 from evokernel.nvrtc.errors import KernelArgumentError, NvrtcCompileError
 from evokernel.nvrtc.signature import Param, pack_args
