@@ -210,3 +210,17 @@ def test_cuda_core_launch_errors_are_classified_like_the_runtimes():
     assert classify_exception(fault) == (Reason.CUDA_FAULT, True)
     assert exception_reason(refused) is Reason.RUNTIME_ERROR
     assert exception_reason(fault) is Reason.CUDA_FAULT
+
+
+def test_the_nvrtc_fault_fixtures_build_or_fail_as_the_gpu_batch_expects(tmp_path):
+    """tests/kernels/nvrtc/faults: only the compile error and the missing kernel fail to build
+    (the GPU batch, tests/nvrtc/test_gpu_nvrtc.py, checks the rest's reasons)."""
+    from evokernel.build.builder import Builder
+    from evokernel.records import Candidate
+    faults = sorted((ROOT / "tests" / "kernels" / "nvrtc" / "faults").glob("*.py"))
+    with Builder(tmp_path / "cache", arch="9.0", timeout_s=300, workers=2) as b:
+        results = b.build_many([Candidate(source=p.read_text(), idea=p.stem) for p in faults])
+    failed = {p.stem for p, r in zip(faults, results) if not r.ok}
+    assert failed == {"add_compile_error", "add_missing_kernel"}
+    assert len({r.build_dirs for r, p in zip(results, faults)
+                if p.stem not in failed | {"add_ok2", "add_oob"}}) == 1   # one shared compile
