@@ -11,6 +11,11 @@
 
    * ``cold``: an empty build cache (``WORK_DIR/cold``);
    * ``warm``: the same candidates again, new evaluators (new worker processes), warm cache;
+   * ``nvrtc_cold``, ``nvrtc_warm``: cold and warm again on the NVRTC twins of the same variants
+     (``problems/seeds/nvrtc``: the NVRTC candidate form, evokernel.nvrtc, whose builds take
+     about a second instead of about 30 s), in a cache of their own (``WORK_DIR/nvrtc``);
+     ``--phases forms`` runs cold, warm and both of these in one call, side by side; target:
+     NVRTC cold >= 40/min (issue 19);
    * ``sequential``: the KernelBench-style baseline: one candidate at a time, its build alone
      (one build worker) in a fresh cache (``WORK_DIR/sequential``), then its gate and time, then
      the next. It runs last (after fidelity), on a subset (round-robin over the problems) of as
