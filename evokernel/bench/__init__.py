@@ -36,7 +36,10 @@
    interleaved rounds); the median speedup of the runs must agree with it within 3%. The same
    process also times them with evokernel's own method, which tells a method difference from a
    process-to-process one.
-3. **Faults** are ``tests/engine/test_gpu_faults.py`` (``gpu``-marked; passes on the H200,
+3. **Cold NVRTC builds** on the CPU alone: ``python -m evokernel.bench.nvrtc_build`` builds
+   each NVRTC seed kernel in an empty cache as the engine builds a new candidate, several times,
+   and reports every sample and the median against issue 19's < 1 s (no GPU needed).
+4. **Faults** are ``tests/engine/test_gpu_faults.py`` (``gpu``-marked; passes on the H200,
    ``plan.FAULTS_EVIDENCE``); the report references it, and ``--phases faults``
    runs it.
 
