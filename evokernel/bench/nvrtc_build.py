@@ -13,7 +13,7 @@ and the Builder publishes it into the cache. ``build_s`` is the Builder's wall t
 start-up, imports and publishing included; ``nvrtc_s`` is the compile alone, as the worker
 printed it. ``startup_s`` is, beside each sample, a new interpreter that
 only imports what the build worker imports before it compiles (evokernel.build.nvrtc_build and
-cuda.core's Program): the part of a build that is not NVRTC. The Builder's own first-use costs
+cuda.bindings' nvrtc): the part of a build that is not NVRTC. The Builder's own first-use costs
 (importing torch and asking nvcc its version for the candidate's key: evokernel.build.cache.
 toolchain) are paid before the first sample, as an evaluator's process has paid them before its
 first build. The build worker sees no GPU (``CUDA_VISIBLE_DEVICES=""``) on any machine, so the
@@ -61,7 +61,7 @@ def build_once(source: str, arch: str, sandbox: Any, root: Path) -> dict[str, An
             "error": "" if r.ok and not r.cache_hit else (r.log[-600:] or "no log")}
 
 
-STARTUP = "import evokernel.build.nvrtc_build; from cuda.core import Program"
+STARTUP = "import evokernel.build.nvrtc_build; from cuda.bindings import nvrtc"
 
 
 def startup_once(cwd: Path) -> float:

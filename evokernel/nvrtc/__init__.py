@@ -16,12 +16,15 @@ stream with tensors' data pointers::
             kernels.softmax_row.launch(x.shape[0], 256, x, y, x.shape[0], x.shape[1])
             return y
 
-Why NVIDIA's ``cuda.core`` (cuda-python) and not CuPy's ``RawModule``: it is NVIDIA's own
-Python API for NVRTC and the driver, already on the GPU image (cuda.core 1.2.0 beside PyTorch
-2.11 on the H200), it compiles to a cubin without a GPU or a driver (so the CPU build step
-compiles ahead, in about 0.1 s, without importing torch), it needs no host compiler and no
-PyTorch headers, and it launches on any stream that implements ``__cuda_stream__``, which
-PyTorch's do. CuPy would add a second GPU array library and memory pool to every worker.
+Why NVIDIA's cuda-python (``cuda.core``, ``cuda.bindings``) and not CuPy's ``RawModule``: it
+is NVIDIA's own Python API for NVRTC and the driver, already on the GPU image (cuda.core 1.2.0
+beside PyTorch 2.11 on the H200), it compiles to a cubin without a GPU or a driver (so the CPU
+build step compiles ahead without importing torch), it needs no host compiler and no PyTorch
+headers, and ``cuda.core`` launches on any stream that implements ``__cuda_stream__``, which
+PyTorch's do. CuPy would add a second GPU array library and memory pool to every worker. The
+compile itself goes through ``cuda.bindings.nvrtc`` (evokernel.nvrtc.program: cuda.core's own
+command line and the same cubin, without its ~0.5 s import in each build worker); loading and
+launching through ``cuda.core``.
 
 What evokernel adds (``compile_kernels``, ``Kernel.launch``): the arch of the GPU in use (never
 the candidate's), the build cache keyed like load_inline builds (evokernel.nvrtc.compiler), each

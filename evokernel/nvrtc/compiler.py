@@ -1,43 +1,42 @@
 """NVRTC compiles of the NVRTC candidate form: options, cache keys, cubins and their build folders.
 
-``compile_spec`` compiles one ``compile_kernels`` call's source to a cubin with
-``cuda.core.Program`` (NVRTC, in this process: no host compiler, no GPU, no torch) for the arch
+``compile_spec`` compiles one ``compile_kernels`` call's source to a cubin with NVRTC
+(evokernel.nvrtc.program, in this process: no host compiler, no GPU, no torch) for the arch
 of the GPU in use, with ``ptxas -v`` (its report becomes the kernels' KernelResources, as for
 load_inline builds: evokernel.build.ptxas), and with each kernel's signature probe (see
 evokernel.nvrtc.signature), so its parameter types are known before any launch.
 
 A compile is cached like a load_inline build (evokernel.build.cache): its key hashes the
-source, the kernel names, the normalized options, the arch, the NVRTC and cuda.core versions
-and FORMAT; its folder ``<cache>/builds/<key>`` holds ``kernel.cu``, ``kernel.cubin`` and the
+source, the kernel names, the normalized options, the arch, the NVRTC and cuda-bindings
+versions and FORMAT; its folder ``<cache>/builds/<key>`` holds ``kernel.cu``, ``kernel.cubin`` and the
 marker (evokernel.build.cache.MARKER) with the symbols, signatures, log and resources, written
 last. The build step (evokernel.build.entry) writes such folders into its own staging folder and
 evokernel.build.publish moves them into the cache.
 
 Options: a candidate passes NVRTC's own spellings; those that change the code
-(ALLOWED_OPTIONS) are mapped to ``cuda.core.ProgramOptions``; arch options are dropped (the
+(ALLOWED_OPTIONS) are mapped to ``cuda.core.ProgramOptions``' fields (and those to NVRTC's
+command line by evokernel.nvrtc.program.option_bytes, as cuda.core would); arch options are dropped (the
 arch is the GPU's), ``-O<n>`` too (NVRTC always optimizes); anything else is a compile error
 that names the option, so no option reads host files (``-I``) or writes any.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
-import io
 import json
-import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from evokernel.build.cache import MARKER, arch_digits, cache_key
 from evokernel.build.ptxas import parse_ptxas, resources_to_json
+from evokernel.nvrtc import program
 from evokernel.nvrtc.errors import NvrtcCompileError
 from evokernel.nvrtc.signature import PROBE, Param, classify, demangle, parse_signature
 
-#: Bumped when what a build folder holds, or how a compile is made, changes.
-FORMAT = 1
+#: Bumped when what a build folder holds, or how a compile is made, changes (2: NVRTC through
+#: cuda.bindings, evokernel.nvrtc.program, instead of cuda.core.Program).
+FORMAT = 2
 PROBE_DECL = f"\ntemplate <typename F> __device__ char {PROBE} = 0;\n"
 CUBIN, SOURCE = "kernel.cubin", "kernel.cu"
 
@@ -161,44 +160,19 @@ def _macro(text: str) -> str | tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _load_library() -> None:
-    """Make libnvrtc loadable for cuda.core. cuda.pathfinder finds it in this interpreter's
-    site-packages (the nvidia-cuda-nvrtc wheel PyTorch depends on) or the CUDA toolkit; a
-    virtual environment that reaches another's site-packages through a ``.pth`` file is not
-    searched, so there the wheel's libraries are loaded from ``sys.path`` first (globally, so
-    pathfinder then finds them loaded)."""
-    from cuda import pathfinder
-    try:
-        pathfinder.load_nvidia_dynamic_lib("nvrtc")
-        return
-    except Exception:                                     # noqa: BLE001 - try sys.path below
-        pass
-    for entry in sys.path:
-        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
-            lib = Path(entry) / sub
-            found = sorted(lib.glob("libnvrtc.so.*")) if lib.is_dir() else []
-            if found:
-                for builtins in sorted(lib.glob("libnvrtc-builtins.so.*")):
-                    if ".alt." not in builtins.name:
-                        ctypes.CDLL(str(builtins), mode=os.RTLD_GLOBAL)
-                ctypes.CDLL(str(found[0]), mode=os.RTLD_GLOBAL)
-                return
-
-
-@functools.lru_cache(maxsize=1)
 def toolchain() -> dict[str, str]:
-    """The NVRTC and cuda.core versions: the parts of a compile's key that come from the
+    """The NVRTC and cuda-bindings versions: the parts of a compile's key that come from the
     machine. Raises: NvrtcCompileError when NVRTC cannot be loaded."""
-    _load_library()
     try:
-        import cuda.core
+        program.load_library()
+        import cuda.bindings
         from cuda.bindings import nvrtc
         _, major, minor = nvrtc.nvrtcVersion()
     except Exception as e:                               # noqa: BLE001 - say what is missing
         raise NvrtcCompileError(f"NVRTC is not available here ({type(e).__name__}: {e}); the "
                                 "NVRTC form needs cuda-core and libnvrtc (pip install "
                                 "cuda-core)", log=str(e)) from e
-    return {"nvrtc": f"{major}.{minor}", "cuda_core": str(cuda.core.__version__)}
+    return {"nvrtc": f"{major}.{minor}", "cuda_bindings": str(cuda.bindings.__version__)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -240,32 +214,25 @@ def compile_spec(spec: CompileSpec, *, program_name: str = SOURCE) -> Compiled:
     import time
     kw, notes = parse_options(spec.options)
     toolchain()
-    from cuda.core import Program, ProgramOptions
     kw["ptxas_options"] = list(kw.get("ptxas_options", [])) + ["-v"]
-    opts = ProgramOptions(name=program_name, arch=nvrtc_arch(spec.arch),
-                          include_path=list(include_dirs()) or None, **kw)
-    log = io.StringIO()
+    options = program.option_bytes(kw, nvrtc_arch(spec.arch), include_dirs())
     t0 = time.perf_counter()
     try:
-        program = Program(spec.source + PROBE_DECL, "c++", opts)
-        code = program.compile("cubin", name_expressions=_expressions(spec.names), logs=log)
-    except NvrtcCompileError:
-        raise
-    except Exception as e:                               # noqa: BLE001 - NVRTCError and kin
-        raise compile_error(spec, str(e)) from None
-    symbols = {k: v.decode() if isinstance(v, bytes) else str(v)
-               for k, v in code.symbol_mapping.items()}
-    probes = [symbols[f"&{PROBE}<decltype({n})>"] for n in spec.names]
+        out = program.compile_program(spec.source + PROBE_DECL, program_name, options,
+                                      _expressions(spec.names))
+    except program.NvrtcFailed as e:
+        raise compile_error(spec, e.log) from None
+    probes = [out.lowered[f"&{PROBE}<decltype({n})>"] for n in spec.names]
     signatures = {n: parse_signature(d) for n, d in zip(spec.names, demangle(probes))}
-    text = log.getvalue().replace("\x00", "")
-    return Compiled(cubin=bytes(code.code), symbols={n: symbols[n] for n in spec.names},
-                    signatures=signatures, log=text,
-                    resources=tuple(resources_to_json(parse_ptxas(text))), notes=tuple(notes),
-                    compile_s=time.perf_counter() - t0)
+    return Compiled(cubin=out.cubin, symbols={n: out.lowered[n] for n in spec.names},
+                    signatures=signatures, log=out.log,
+                    resources=tuple(resources_to_json(parse_ptxas(out.log))),
+                    notes=tuple(notes), compile_s=time.perf_counter() - t0)
 
 
 def compile_error(spec: CompileSpec, message: str) -> NvrtcCompileError:
-    """The NvrtcCompileError of a failed compile, from cuda.core's message (NVRTC's log)."""
+    """The NvrtcCompileError of a failed compile, from NVRTC's log (``message``; cuda.core's
+    exception text, which quotes the log after "compilation log:", is read the same way)."""
     log = message.split("compilation log:", 1)[-1].strip() or message
     missing = [n for n in spec.names
                if re.search(r"nv_mangled_name\s+(?:&%s<decltype\()?%s\)?>?\s*$"

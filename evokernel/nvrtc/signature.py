@@ -12,7 +12,9 @@ library PyTorch itself links, else ``c++filt``) it reads
 (a wrong count or type is a :class:`~evokernel.nvrtc.errors.KernelArgumentError`, never a
 launch that reads garbage) and converts them: a tensor to its data pointer (its dtype must fit
 the pointee), a Python number to the parameter's C type (NumPy scalars of that type, which
-cuda.core packs by their size). Pure Python and NumPy: no torch import, no GPU.
+cuda.core packs by their size). Pure Python and NumPy: no torch import, no GPU. NumPy is
+imported by the packing alone, so the build step's compiles (evokernel.build.nvrtc_build, which
+read signatures but launch nothing) do not pay its ~0.2 s import.
 
 Sizes follow the CUDA ABI on 64-bit Linux (LP64: ``long`` is 8 bytes, as on the host).
 """
@@ -26,20 +28,18 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
-
 from evokernel.nvrtc.errors import KernelArgumentError
 
 #: The variable template whose instantiations carry the kernels' function types.
 PROBE = "evokernel_signature_probe"
 
-#: Scalar C types (as the demangler spells them) -> NumPy type.
-SCALARS: dict[str, type] = {
-    "bool": np.bool_, "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8,
-    "short": np.int16, "unsigned short": np.uint16, "int": np.int32, "unsigned int": np.uint32,
-    "long": np.int64, "unsigned long": np.uint64, "long long": np.int64,
-    "unsigned long long": np.uint64, "float": np.float32, "double": np.float64,
-    "__half": np.float16, "half": np.float16,
+#: Scalar C types (as the demangler spells them) -> the name of their NumPy type.
+SCALARS: dict[str, str] = {
+    "bool": "bool_", "char": "int8", "signed char": "int8", "unsigned char": "uint8",
+    "short": "int16", "unsigned short": "uint16", "int": "int32", "unsigned int": "uint32",
+    "long": "int64", "unsigned long": "uint64", "long long": "int64",
+    "unsigned long long": "uint64", "float": "float32", "double": "float64",
+    "__half": "float16", "half": "float16",
 }
 
 #: Pointee type -> the torch dtypes (by name) a tensor passed for it may have. A pointee not
@@ -180,6 +180,7 @@ def _dtype_name(t: Any) -> str:
 
 
 def _pointer(kernel: str, i: int, p: Param, arg: Any, device: int | None) -> Any:
+    import numpy as np
     where = f"kernel {kernel}: argument {i} ({p.ctype})"
     if arg is None:
         return 0
@@ -201,8 +202,9 @@ def _pointer(kernel: str, i: int, p: Param, arg: Any, device: int | None) -> Any
 
 
 def _scalar(kernel: str, i: int, p: Param, arg: Any) -> Any:
+    import numpy as np
     where = f"kernel {kernel}: argument {i} ({p.ctype})"
-    np_type = SCALARS[" ".join(w for w in p.ctype.split() if w not in ("const", "volatile"))]
+    np_type = getattr(np, SCALARS[" ".join(w for w in p.ctype.split() if w not in ("const", "volatile"))])
     if _is_tensor(arg):
         raise KernelArgumentError(f"{where} is a scalar, got a tensor (pass a Python number; "
                                   "tensors go to pointer parameters)")
@@ -236,6 +238,7 @@ def pack_args(kernel: str, params: Sequence[Param], args: Sequence[Any], *,
         sig = ", ".join(p.ctype for p in params)
         raise KernelArgumentError(f"kernel {kernel} takes {len(params)} argument(s) ({sig}), "
                                   f"the launch passed {len(args)}")
+    import numpy as np
     out = []
     for i, (p, arg) in enumerate(zip(params, args)):
         if p.kind == "pointer":

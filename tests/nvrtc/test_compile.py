@@ -109,7 +109,7 @@ def test_the_cache_key_covers_source_names_options_arch_and_nvrtc(monkeypatch):
         CompileSpec(ADD, ("add_one", "scale"), (), "9.0"),
         CompileSpec(ADD, ("add_one",), ("--use_fast_math",), "9.0"),
         CompileSpec(ADD, ("add_one",), (), "9.0a"))}
-    monkeypatch.setattr(compiler, "toolchain", lambda: {"nvrtc": "99.9", "cuda_core": "1.2.2"})
+    monkeypatch.setattr(compiler, "toolchain", lambda: {"nvrtc": "99.9", "cuda_bindings": "13.5.0"})
     others.add(compiler.spec_key(base))
     assert len(others) == 5 and key not in others
 
@@ -138,18 +138,20 @@ def test_compile_kernels_stores_its_compile_and_reads_it_back(tmp_path):
 
 def test_the_build_step_compiles_an_nvrtc_candidate_ahead_without_torch(tmp_path):
     """The build worker's nvrtc mode (evokernel.build.nvrtc_build) runs no candidate code and
-    imports no torch; its result has the cubin's folder and the ptxas report."""
+    imports no torch, and neither cuda.core nor NumPy (most of a cold build's start-up:
+    evokernel.nvrtc.program); its result has the cubin's folder and the ptxas report."""
     work, cache = tmp_path / "work", tmp_path / "cache"
     work.mkdir()
     (work / "candidate.py").write_text(FILE)
     code = ("import sys, json; from pathlib import Path; "
             "from evokernel.build.nvrtc_build import build_nvrtc; "
             f"r = build_nvrtc(Path({str(work)!r}), Path({str(cache)!r}), '9.0'); "
-            "print(json.dumps(r)); print('torch' in sys.modules)")
+            "print(json.dumps(r)); "
+            "print([m for m in ('torch', 'numpy', 'cuda.core') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, check=True).stdout.splitlines()
-    result, torch_imported = json.loads(out[-2]), out[-1]
-    assert torch_imported == "False"
+    result, heavy = json.loads(out[-2]), out[-1]
+    assert heavy == "[]"
     assert result["ok"] and not result["cache_hit"] and len(result["build_dirs"]) == 1
     folder = Path(result["build_dirs"][0])
     assert folder.parent == work / "builds" and (folder / compiler.CUBIN).is_file()
