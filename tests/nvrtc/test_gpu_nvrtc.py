@@ -152,7 +152,8 @@ def test_nvrtc_fault_batch_blames_only_the_faulty():
     for name in ("add_ok", "add_ok2"):
         assert got[name].accepted and got[name].candidate_ms > 0
     src = (FAULTS / "add_compile_error.py").read_text().splitlines()
-    line = next(i for i, t in enumerate(src, 1) if "a[i] + b[i]" in t)
+    # NVRTC reports the missing ";" at the token after it: the "}" on the next line
+    line = next(i for i, t in enumerate(src, 1) if "a[i] + b[i]" in t) + 1
     assert f"candidate.py:{line}: error" in got["add_compile_error"].log
     assert "'sub_kernel' is not a __global__ function" in got["add_missing_kernel"].log
     assert "takes 4 argument(s)" in got["add_wrong_arg_count"].detail
