@@ -264,9 +264,11 @@ class CostModel:
     do_bench_start_s, do_bench_problem_s: the do_bench process (torch + triton import, CUDA) and
         each problem in it (cache-hit load, inputs, do_bench rounds, evokernel's timing).
     faults_s: tests/engine/test_gpu_faults.py (56 s with warm builds, ~190 s cold with the 30 s hang).
-    nvrtc_build_s: one NVRTC candidate's build: interpreter, cuda.core import and the compile
-        (33 ms on the H200, results/h200-2026-12-01-s5; 0.8-1.0 s in all on a 2-core laptop,
-        results/nvrtc-cold-build/); a guess for the H200 until the bench measures it.
+    nvrtc_build_s: one NVRTC candidate's build: the build worker's interpreter, its imports
+        and the compile (a small kernel's compile alone: 33 ms on the H200,
+        results/h200-2026-12-01-s5; a seed's whole build on the loaded 2-core development
+        machine: results/cpu-2026-12-01-nvrtc-build); a guess for the H200 until the bench
+        measures it.
     """
 
     build_single_s: float = 31.0

@@ -172,7 +172,8 @@ def toolchain() -> dict[str, str]:
         raise NvrtcCompileError(f"NVRTC is not available here ({type(e).__name__}: {e}); the "
                                 "NVRTC form needs cuda-core and libnvrtc (pip install "
                                 "cuda-core)", log=str(e)) from e
-    return {"nvrtc": f"{major}.{minor}", "cuda_bindings": str(cuda.bindings.__version__)}
+    return {"nvrtc": f"{major}.{minor}",
+            "cuda_bindings": str(getattr(cuda.bindings, "__version__", "unknown"))}
 
 
 @functools.lru_cache(maxsize=1)
