@@ -243,6 +243,10 @@ class LLMConfig:
                                   f"{value!r}")
 
 
+#: SearchConfig.candidate_form's values: the forms of evokernel.build.forms, or either.
+CANDIDATE_FORMS = ("load_inline", "nvrtc", "any")
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """The (mu + lambda) loop (evokernel.search.evolution).
@@ -261,6 +265,12 @@ class SearchConfig:
     issued at once). Every ``migration_interval`` generations the ``migrants`` best correct
     kernels of each island replace the worst of the next island in a ring (DEAP's migRing:
     island i sends to island i+1, the last to the first).
+
+    candidate_form: the candidate form the run prefers (evokernel.build.forms): "load_inline"
+    (a PyTorch extension), "nvrtc" (NVRTC-compiled source, evokernel.nvrtc: builds in about a
+    second instead of about 30 s) or "any". The prompts teach both forms and state this one;
+    the run starts from the problem's seed kernel of this form (``seeds/nvrtc/<name>.py``;
+    "any" and a problem without one: ``seeds/<name>.py``).
     """
 
     population_size: int = 4
@@ -274,6 +284,7 @@ class SearchConfig:
     islands: int = 1
     migration_interval: int = 2
     migrants: int = 1
+    candidate_form: str = "load_inline"
 
     def __post_init__(self) -> None:
         if self.population_size < 1 or self.offspring_per_generation < 1 or self.generations < 0:
@@ -292,6 +303,9 @@ class SearchConfig:
         if not 0 <= self.migrants <= self.population_size:
             raise ConfigError(f"search.migrants must be in [0, population_size="
                               f"{self.population_size}], got {self.migrants}")
+        if self.candidate_form not in CANDIDATE_FORMS:
+            raise ConfigError(f"search.candidate_form must be one of "
+                              f"{', '.join(CANDIDATE_FORMS)}, got {self.candidate_form!r}")
 
 
 @dataclass(frozen=True)

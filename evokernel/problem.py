@@ -36,7 +36,8 @@ class Problem:
         name: the file's stem, e.g. "softmax".
         path: the problem file.
         source: its text.
-        seed_source: text of its seed kernel (``seeds/<name>.py`` beside it), or None.
+        seed_source: text of its seed kernel (``seeds/<name>.py`` beside it, or
+            ``seeds/nvrtc/<name>.py`` for the NVRTC form), or None.
         distributions: the input distributions it declares, or None for the gate's default.
     """
 
@@ -53,12 +54,16 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in d.glob("*.py") if p.name != "__init__.py")
 
 
-def load_problem(spec: str | Path, seed: str | Path | None = None) -> Problem:
+def load_problem(spec: str | Path, seed: str | Path | None = None, *,
+                 form: str = "load_inline") -> Problem:
     """Load one problem from a built-in name or a KernelBench-format file path.
 
     Args:
         spec: a built-in name ("softmax") or a path to a ``.py`` file.
         seed: optional path to a seed kernel file; default ``seeds/<stem>.py`` beside the file.
+        form: the candidate form the seed should have (SearchConfig.candidate_form): "nvrtc"
+            takes ``seeds/nvrtc/<stem>.py`` when there is one (else ``seeds/<stem>.py``);
+            "load_inline" and "any" take ``seeds/<stem>.py``. Ignored when ``seed`` is given.
     Raises:
         ProblemError: no such file or name, the file is a folder, or the file is malformed.
     """
@@ -76,7 +81,7 @@ def load_problem(spec: str | Path, seed: str | Path | None = None) -> Problem:
         raise ProblemError(f"{path}: no such problem file")
     source = _read(path)
     distributions = _validate(path, source, required=_REQUIRED)
-    seed_path = Path(seed) if seed else path.parent / "seeds" / path.name
+    seed_path = Path(seed) if seed else seed_file(path, form)
     seed_source = None
     if seed is not None or seed_path.is_file():
         if not seed_path.is_file():
@@ -85,6 +90,14 @@ def load_problem(spec: str | Path, seed: str | Path | None = None) -> Problem:
         _validate(seed_path, seed_source, required=("ModelNew",))
     return Problem(name=path.stem, path=path.resolve(), source=source, seed_source=seed_source,
                    distributions=distributions)
+
+
+def seed_file(problem_path: Path, form: str = "load_inline") -> Path:
+    """The seed kernel file of a problem for a candidate form (see load_problem); the path of
+    the load_inline seed when the form has none (it may not exist either)."""
+    seeds = Path(problem_path).parent / "seeds"
+    nvrtc = seeds / "nvrtc" / Path(problem_path).name
+    return nvrtc if form == "nvrtc" and nvrtc.is_file() else seeds / Path(problem_path).name
 
 
 def problem_files(folder: str | Path) -> list[Path]:

@@ -4,7 +4,10 @@
                                       [--distributions all|default] [--no-prebuild] [--list]
 
 Fixtures are the kernel files in tests/kernels/cheats/, tests/kernels/legit/ and
-tests/kernels/matmul_fp16.py. Each one's docstring carries two machine-readable lines:
+tests/kernels/matmul_fp16.py, and their NVRTC twins in tests/kernels/nvrtc/cheats/ and
+tests/kernels/nvrtc/legit/ (the same cheat or variant in the NVRTC candidate form, evokernel.nvrtc;
+named "nvrtc/<name>"; the report checks that each gets its load_inline twin's verdict). Each
+one's docstring carries two machine-readable lines:
 
     EXPECTED: reject cached_output        (or "accept ok"; the reason is an evokernel Reason value)
     PROBLEM: tests/kernels/problems/softmax_small.py   (a path from the repository root)
@@ -37,7 +40,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE_DIRS = ("tests/kernels/cheats", "tests/kernels/legit")
+FIXTURE_DIRS = ("tests/kernels/cheats", "tests/kernels/legit", "tests/kernels/nvrtc/cheats",
+                "tests/kernels/nvrtc/legit")
+#: Where the NVRTC twins live; a twin's name is "nvrtc/<file stem>", its twin's the stem.
+NVRTC_DIR = "tests/kernels/nvrtc"
 EXTRA_FIXTURES = ("tests/kernels/matmul_fp16.py",)
 _EXPECTED = re.compile(r"^EXPECTED:\s*(accept|reject)\s+(\w+)\s*$", re.MULTILINE)
 _PROBLEM = re.compile(r"^PROBLEM:\s*(\S+)\s*$", re.MULTILINE)
@@ -61,6 +67,12 @@ class Fixture:
     reason: str               # an evokernel.records.Reason value
     problem: Path
     check: int | None = None  # the issue-3 check it exercises (ISSUE_CHECKS), if any
+    form: str = "load_inline"  # the candidate form (evokernel.build.forms): or "nvrtc"
+
+    @property
+    def twin(self) -> str | None:
+        """The name of the load_inline fixture an NVRTC fixture is the twin of, else None."""
+        return self.path.stem if self.form == "nvrtc" else None
 
 
 def parse_fixture(path: Path, root: Path = ROOT) -> Fixture:
@@ -86,7 +98,9 @@ def parse_fixture(path: Path, root: Path = ROOT) -> Fixture:
     kind = "legit" if path.parent.name == "legit" else "cheat"
     m = _CHECK.search(doc)
     check = int(m.group(1) or m.group(2)) if m else None
-    return Fixture(path.stem, path, kind, verdict, reason, problem, check)
+    nvrtc = path.parent.parent.name == Path(NVRTC_DIR).name
+    return Fixture(f"nvrtc/{path.stem}" if nvrtc else path.stem, path, kind, verdict, reason,
+                   problem, check, "nvrtc" if nvrtc else "load_inline")
 
 
 def discover(root: Path = ROOT, only: tuple[str, ...] = ()) -> list[Fixture]:
@@ -123,7 +137,7 @@ def row_of(f: Fixture, r: Any) -> dict[str, Any]:
     """One report row: what the fixture expected and what the EvalResult ``r`` says."""
     ok = r.verdict.value == f.verdict and r.reason.value == f.reason
     return {
-        "fixture": f.name, "kind": f.kind, "check": f.check,
+        "fixture": f.name, "kind": f.kind, "check": f.check, "form": f.form, "twin": f.twin,
         "problem": str(f.problem.relative_to(ROOT)),
         "expected": f"{f.verdict} {f.reason}", "verdict": r.verdict.value,
         "reason": r.reason.value, "ok": ok,
@@ -289,6 +303,7 @@ def render(rows: list[dict[str, Any]], evidence: dict[str, Any], factor: float) 
         fx = by_check.get(n, [])
         mark = "ok" if n in passed else ("NO FIXTURE" if not fx else "**WRONG**")
         lines.append(f"- {n}. {what}: {mark} ({', '.join(r['fixture'] for r in fx) or '-'})")
+    lines += twin_lines(every)
     lines += ["", f"cheat fixtures rejected for the right reason: {sum(r['ok'] for r in cheats)} "
               f"of {len(cheats)}; legitimate variants accepted: {sum(r['ok'] for r in legit)} of "
               f"{len(legit)}" + (f" (in every one of {n_passes} passes)" if n_passes > 1 else ""),
@@ -315,6 +330,27 @@ def render(rows: list[dict[str, Any]], evidence: dict[str, Any], factor: float) 
             lines.append(f"| {r['fixture']} | {c['distribution']} | {c['seed']} | "
                          f"{_ratio(c['norm_ratio'])} | {_ratio(c['max_ratio'])} |")
     return "\n".join(lines) + "\n"
+
+
+def twin_lines(every: dict[str, dict[str, Any]]) -> list[str]:
+    """The NVRTC twins against their load_inline twins (the same verdict and reason), for the
+    report; [] when no NVRTC fixture ran."""
+    twins = [r for r in every.values() if r.get("twin")]
+    if not twins:
+        return []
+    lines = ["", "NVRTC twins with their load_inline twin's verdict and reason:"]
+    same = 0
+    for r in twins:
+        other = every.get(r["twin"])
+        if other is None:
+            lines.append(f"- {r['fixture']}: {r['verdict']} {r['reason']} (its twin did not run)")
+            continue
+        ok = (r["verdict"], r["reason"]) == (other["verdict"], other["reason"])
+        same += ok
+        lines.append(f"- {r['fixture']}: {r['verdict']} {r['reason']}; {r['twin']}: "
+                     f"{other['verdict']} {other['reason']}: {'same' if ok else '**DIFFERENT**'}")
+    lines.insert(1, f"twins with the same verdict: {same} of {len(twins)}")
+    return lines
 
 
 def _seeds(text: str) -> tuple[int, ...]:

@@ -4,7 +4,9 @@ Every builder takes the call's SearchContext (evokernel.operators.base) first, s
 search adds later reaches the prompts without a signature change, and returns OpenAI-style
 messages, ``[{"role": "system", ...}, {"role": "user", ...}]``, for ``LLMClient.complete``.
 
-The system prompt (one text for every request) states the candidate format, that the precision
+The system prompt (one text for every request) states the candidate format (both forms:
+load_inline and NVRTC, evokernel.nvrtc; the request names the one the run prefers,
+FORM_REQUEST), that the precision
 gate decides by measured error, the checked rules, the ``// tune:`` marker syntax
 (evokernel.operators.tunables) and both reply forms: a whole module in one ```python block
 (evokernel.operators.parsing.extract_code) or SEARCH/REPLACE edits of the current kernel
@@ -55,6 +57,17 @@ EDIT_MIN_LINES = 150
 INSPIRATION_LIMIT = 2
 #: The line the task of an edit request carries (evokernel.demo.scripted_llm keys on it).
 EDIT_REQUEST = "Reply with SEARCH/REPLACE blocks"
+#: What the "This request" section says of the form the run prefers (SearchContext.candidate_form;
+#: the system prompt teaches both).
+FORM_REQUEST = {
+    "load_inline": "a torch.utils.cpp_extension.load_inline extension (form 1 of the system "
+                   "prompt)",
+    "nvrtc": "CUDA source compiled with NVRTC by evokernel.nvrtc.compile_kernels and launched "
+             "from Python (form 2 of the system prompt; it builds in about a second): write this "
+             "form, porting a load_inline kernel shown here when you change it",
+    "any": "either form of the system prompt (load_inline or nvrtc): keep the form of the kernel "
+           "you change unless the other one serves the idea better",
+}
 
 SYSTEM_PROMPT = """\
 You are an expert CUDA performance engineer. You write CUDA kernels that run faster than PyTorch
@@ -63,8 +76,10 @@ on NVIDIA GPUs while computing the same function to the same accuracy.
 # Candidate format
 A candidate is a complete Python module that defines `class ModelNew(nn.Module)` with exactly the
 same constructor arguments and `forward` signature as the reference `Model`, and returns the same
-output (same shape, dtype and values). Its CUDA code is compiled at module level, by default with
-`torch.utils.cpp_extension.load_inline`, for example:
+output (same shape, dtype and values). Its CUDA code is compiled at module level, in one of two
+forms; each request says which one the run prefers.
+
+Form 1, load_inline: a PyTorch extension built with `torch.utils.cpp_extension.load_inline`:
 
 ```python
 import torch
@@ -88,9 +103,45 @@ class ModelNew(nn.Module):
     def forward(self, *same_inputs_as_Model):
         return ext.my_op(...)
 ```
-Do not pass `-arch` flags; the build chooses the architecture of the GPU in use. Requests show
-the build's `ptxas -v` report of the current kernel (registers, spills, shared memory) when the
-build gave one.
+
+Form 2, nvrtc: CUDA source compiled with NVRTC by `evokernel.nvrtc.compile_kernels` (it builds
+in about a second), its kernels launched from Python on PyTorch's current stream:
+
+```python
+import torch
+import torch.nn as nn
+from evokernel.nvrtc import compile_kernels
+
+cuda_source = r'''
+constexpr int BLOCK = 256;  // tune: 128 256 512 1024
+__global__ void my_kernel(const float* __restrict__ x, float* __restrict__ y, long long n) { ... }
+'''
+kernels = compile_kernels(cuda_source, ["my_kernel"])
+BLOCK = kernels.constant("BLOCK")   # the source's value, so tuning it changes the launch too
+
+class ModelNew(nn.Module):
+    def __init__(self, *same_args_as_Model):
+        super().__init__()
+        ...
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        kernels.my_kernel.launch((x.numel() + BLOCK - 1) // BLOCK, BLOCK, x, y, x.numel())
+        return y
+```
+`launch(grid, block, *args, shared_mem=0)`: grid and block are ints or tuples of up to 3 dims;
+the arguments follow the kernel's parameters, CUDA tensors for pointers (of the pointee's dtype:
+float32 for `float*`) and Python numbers for scalars, and are checked against the parameter
+types NVRTC reports. No C++ standard library or torch headers: write `long long` (not
+`int64_t`), `-__int_as_float(0x7f800000)` for -inf, and the built-in math (`expf`, `fmaf`,
+`rsqrtf`, `isnan`); `<cuda_fp16.h>`, `<cuda/std/...>` and `<cooperative_groups.h>` can be
+included. Kernels may be templates, named with their arguments (`"tile<64>"`), `extern "C"` or
+not; NVRTC options go in `compile_kernels(src, names, options=["-DTILE=64"])`. Check shapes and
+dtypes in Python (raise ValueError), allocate outputs with torch, and do the work in your kernels.
+
+Do not pass `-arch` flags in either form; the build chooses the architecture of the GPU in use.
+Requests show the build's `ptxas -v` report of the current kernel (registers, spills, shared
+memory) when the build gave one.
 
 # Precision: the gate decides, by measurement
 The correctness gate measures your output's error against a float64 ground truth, norm-wise and
@@ -187,12 +238,7 @@ def _request(ctx: "SearchContext", purpose: str, variant: tuple[int, int]) -> st
     if ctx.category:
         lines.append(f"- idea category assigned to this call: `{ctx.category}` "
                      f"({_CATEGORY_TEXT.get(ctx.category, 'as named')})")
-    form = {"load_inline": "a torch.utils.cpp_extension.load_inline extension, as in the "
-                           "system prompt's example",
-            "nvrtc": "CUDA source compiled at import time with NVRTC (no load_inline build), "
-                     "launched on torch.cuda.current_stream()",
-            "any": "a load_inline extension or NVRTC-compiled source"}
-    lines.append(f"- candidate form: {form.get(ctx.candidate_form, ctx.candidate_form)}")
+    lines.append(f"- candidate form: {FORM_REQUEST.get(ctx.candidate_form, ctx.candidate_form)}")
     if ctx.taken_ideas and purpose in ("ideas", "port"):
         lines.append("- ideas already taken in this generation (propose something different "
                      "from them):")

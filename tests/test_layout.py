@@ -19,7 +19,9 @@ STAGE_ORDER = (
     {"errors", "config", "jsonfile", "records", "precision"},
     {"problems", "problem", "problem_probe"},
     {"sandbox"},
-    {"build", "problem_run"},
+    # nvrtc and build share a layer: nvrtc keys and publishes its cubins with build's cache,
+    # and build compiles an NVRTC candidate ahead with nvrtc's compiler.
+    {"build", "problem_run", "nvrtc"},
     {"timing"},
     {"gate"},
     {"engine"},

@@ -11,6 +11,11 @@
 
    * ``cold``: an empty build cache (``WORK_DIR/cold``);
    * ``warm``: the same candidates again, new evaluators (new worker processes), warm cache;
+   * ``nvrtc_cold``, ``nvrtc_warm``: cold and warm again on the NVRTC twins of the same variants
+     (``problems/seeds/nvrtc``: the NVRTC candidate form, evokernel.nvrtc, whose builds take
+     about a second instead of about 30 s), in a cache of their own (``WORK_DIR/nvrtc``);
+     ``--phases forms`` runs cold, warm and both of these in one call, side by side; target:
+     NVRTC cold >= 40/min (issue 19);
    * ``sequential``: the KernelBench-style baseline: one candidate at a time, its build alone
      (one build worker) in a fresh cache (``WORK_DIR/sequential``), then its gate and time, then
      the next. It runs last (after fidelity), on a subset (round-robin over the problems) of as
@@ -31,7 +36,10 @@
    interleaved rounds); the median speedup of the runs must agree with it within 3%. The same
    process also times them with evokernel's own method, which tells a method difference from a
    process-to-process one.
-3. **Faults** are ``tests/engine/test_gpu_faults.py`` (``gpu``-marked; passes on the H200,
+3. **Cold NVRTC builds** on the CPU alone: ``python -m evokernel.bench.nvrtc_build`` builds
+   each NVRTC seed kernel in an empty cache as the engine builds a new candidate, several times,
+   and reports every sample and the median against issue 19's < 1 s (no GPU needed).
+4. **Faults** are ``tests/engine/test_gpu_faults.py`` (``gpu``-marked; passes on the H200,
    ``plan.FAULTS_EVIDENCE``); the report references it, and ``--phases faults``
    runs it.
 

@@ -11,8 +11,8 @@ from typing import Any
 from loguru import logger
 
 from evokernel.bench.fidelity import do_bench_main
-from evokernel.bench.plan import (DEFAULT_PHASES, DEFAULT_THROUGHPUT, HEADLINE, PHASES,
-                                  BenchPlan, CostModel, engine_build_workers, estimate_wall_s,
+from evokernel.bench.plan import (DEFAULT_PHASES, DEFAULT_THROUGHPUT, FORM_PHASES, HEADLINE,
+                                  PHASES, BenchPlan, CostModel, engine_build_workers, estimate_wall_s,
                                   machine_cores, seed_source, sequential_fit,
                                   throughput_variants)
 from evokernel.bench.run import cuda_deps, run_bench
@@ -28,10 +28,13 @@ def _phases_arg(text: str) -> tuple[str, ...]:
     parts = tuple(dict.fromkeys(_split_commas(text)))
     if "all" in parts:
         return PHASES
+    if "forms" in parts:                             # both candidate forms, cold and warm
+        parts = tuple(p for p in parts if p != "forms") + FORM_PHASES
     bad = [p for p in parts if p not in PHASES]
     if bad or not parts:
         raise argparse.ArgumentTypeError(f"unknown phase(s) {bad or [text]}; choose from "
-                                         f"{', '.join(PHASES)} or all")
+                                         f"{', '.join(PHASES)}, forms ({','.join(FORM_PHASES)})"
+                                         " or all")
     return tuple(p for p in PHASES if p in parts)
 
 
@@ -85,9 +88,11 @@ def _hide_host_arg(text: str) -> float:
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `evokernel bench` (also of `python -m evokernel.bench`)."""
     p.add_argument("--phases", type=_phases_arg, default=DEFAULT_PHASES,
-                   help="comma-separated: cold, warm, fidelity, sequential, faults, or all; "
-                        "they run in that order (default: cold,warm,fidelity,sequential; "
-                        "faults is tests/engine/test_gpu_faults.py)")
+                   help="comma-separated: cold, warm, nvrtc_cold, nvrtc_warm, fidelity, "
+                        "sequential, faults, forms (= cold,warm,nvrtc_cold,nvrtc_warm: both "
+                        "candidate forms side by side) or all; they run in that order (default: "
+                        "cold,warm,fidelity,sequential; nvrtc_*: the NVRTC twins of the same "
+                        "variants, evokernel.nvrtc; faults is tests/engine/test_gpu_faults.py)")
     p.add_argument("--throughput", type=_throughput_arg, default=DEFAULT_THROUGHPUT,
                    metavar="P=N,...", help="tune variants per problem for the throughput phases "
                    "(default: layernorm=16,conv2d_relu_maxpool=8,matmul=8: 32 candidates)")
@@ -189,6 +194,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if plan.measures_throughput:
         try:                                     # problems and variants, checked on the CPU
             throughput_variants(plan.throughput)
+            if plan.measures_nvrtc:
+                throughput_variants(plan.throughput, form="nvrtc")
         except ValueError as e:
             raise ConfigError(f"bench: --throughput: {e}") from e
     if "fidelity" in plan.phases:                # before the throughput phases' builds

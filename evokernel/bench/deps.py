@@ -33,7 +33,8 @@ class BenchDeps:
     do_bench(spec): the do_bench process's dict ({"problems": {name: {...}}} or {"error"}).
     prepare_cache(path): make an empty cache folder usable (device peaks copied or measured).
     run_faults(log_path): run the fault test; returns {"returncode", "tail"}.
-    load_problem(name): a Problem. now: a monotonic clock in seconds. cores: CPU cores.
+    load_problem(name, form="load_inline"): a Problem, its seed kernel of that candidate form
+        (evokernel.problem.load_problem). now: a monotonic clock in seconds. cores: CPU cores.
     """
 
     make_evaluator: EvaluatorFactory

@@ -14,9 +14,14 @@ from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
 from evokernel.records import Candidate
 from evokernel.operators.tunables import Tunable, find_tunables, set_tunables
 
-PHASES = ("cold", "warm", "fidelity", "sequential", "faults")
+PHASES = ("cold", "warm", "nvrtc_cold", "nvrtc_warm", "fidelity", "sequential", "faults")
 #: The phases that measure the throughput set (the tune variants of ``BenchPlan.throughput``).
-THROUGHPUT_PHASES = ("cold", "warm", "sequential")
+THROUGHPUT_PHASES = ("cold", "warm", "nvrtc_cold", "nvrtc_warm", "sequential")
+#: cold and warm on the NVRTC twins of the same tune variants (``problems/seeds/nvrtc``; the
+#: NVRTC candidate form, evokernel.nvrtc), side by side with the load_inline form's.
+NVRTC_PHASES = ("nvrtc_cold", "nvrtc_warm")
+#: ``--phases forms``: both forms, cold and warm, in one call.
+FORM_PHASES = ("cold", "warm", "nvrtc_cold", "nvrtc_warm")
 DEFAULT_PHASES = ("cold", "warm", "fidelity", "sequential")
 HEADLINE = ("softmax", "layernorm", "matmul", "conv2d", "conv2d_relu_maxpool")
 #: 32 candidates in whole waves of 8 builds (16 cores / MAX_JOBS=2): layernorm has 120 distinct
@@ -25,6 +30,8 @@ DEFAULT_THROUGHPUT = (("layernorm", 16), ("conv2d_relu_maxpool", 8), ("matmul", 
 TARGET_COLD_PER_MIN = 10.0
 TARGET_WARM_PER_MIN = 60.0
 TARGET_COLD_OVER_SEQUENTIAL = 5.0
+#: Issue 19: cold NVRTC candidates on one H200 (load_inline's cold rate then: 11.8/min).
+TARGET_NVRTC_COLD_PER_MIN = 40.0
 MAX_SPEEDUP_SPREAD = 0.02
 MAX_DO_BENCH_DISAGREEMENT = 0.03
 #: Per function and trial, besides the function itself: L2 flush (120 MB on an H200, ~0.03 ms),
@@ -40,11 +47,13 @@ FAULTS_EVIDENCE = "results/h200-2026-11-30-s2/gpu_tests.txt"
 @dataclass(frozen=True)
 class Variant:
     """One benchmark candidate: a seed kernel with its marked constants set to ``assignment``
-    (only the constants that differ from the seed; {} is the seed itself)."""
+    (only the constants that differ from the seed; {} is the seed itself), in candidate
+    ``form`` ("load_inline" or "nvrtc": which seed kernel it varies)."""
 
     problem: str
     assignment: tuple[tuple[str, str], ...]
     candidate: Candidate
+    form: str = "load_inline"
 
     @property
     def label(self) -> str:
@@ -82,7 +91,7 @@ def tune_assignments(source: str) -> Iterator[dict[str, str]]:
                 yield {tunables[i].name: v for i, v in zip(idxs, combo)}
 
 
-def tune_variants(problem: str, source: str, n: int) -> list[Variant]:
+def tune_variants(problem: str, source: str, n: int, form: str = "load_inline") -> list[Variant]:
     """The first ``n`` of :func:`tune_assignments` as candidates (operator "seed" for the source
     itself, "tune" for the others; generation 0).
 
@@ -101,24 +110,27 @@ def tune_variants(problem: str, source: str, n: int) -> list[Variant]:
         items = tuple(sorted(values.items()))
         idea = f"bench: tune {_assignment_text(items)}" if items else "bench: seed kernel"
         out.append(Variant(problem, items, Candidate(source=text, idea=idea,
-                                                     operator="tune" if items else "seed")))
+                                                     operator="tune" if items else "seed"),
+                           form))
     if len({v.candidate.id for v in out}) != len(out):      # set_tunables changes the text
         raise ValueError(f"{problem}: tune assignments gave duplicate sources")
     return out
 
 
 def throughput_variants(spec: Sequence[tuple[str, int]],
-                        sources: Mapping[str, str] | None = None) -> list[Variant]:
-    """Variants for ``spec`` ((problem, count) pairs), in that order.
+                        sources: Mapping[str, str] | None = None,
+                        form: str = "load_inline") -> list[Variant]:
+    """Variants for ``spec`` ((problem, count) pairs), in that order, of candidate ``form``.
 
-    sources: problem -> seed kernel text; default: each built-in problem's seed kernel.
+    sources: problem -> seed kernel text; default: each built-in problem's seed kernel of the
+        form (``seeds/<name>.py``, ``seeds/nvrtc/<name>.py``).
     Raises: ProblemError for an unknown problem or one without a seed kernel; ValueError as
         :func:`tune_variants`, or when two problems' variants coincide.
     """
     out: list[Variant] = []
     for name, n in spec:
-        src = sources[name] if sources is not None else seed_source(name)
-        out += tune_variants(name, src, n)
+        src = sources[name] if sources is not None else seed_source(name, form)
+        out += tune_variants(name, src, n, form)
     if len({v.candidate.id for v in out}) != len(out):
         raise ValueError("throughput set: two candidates have the same source")
     return out
@@ -135,14 +147,16 @@ def sequential_subset(variants: Sequence[Variant], n: int) -> list[Variant]:
     return order[:max(0, n)]
 
 
-def seed_source(name: str) -> str:
-    """The seed kernel source of problem ``name``. Raises ProblemError for an unknown problem or
-    one without a seed kernel."""
+def seed_source(name: str, form: str = "load_inline") -> str:
+    """The seed kernel source of problem ``name`` in candidate ``form``. Raises ProblemError
+    for an unknown problem or one without a seed kernel (of that form)."""
+    from evokernel.build.forms import form_name
     from evokernel.problem import load_problem
     from evokernel.errors import ProblemError
-    p = load_problem(name)
-    if not p.seed_source:
-        raise ProblemError(f"{p.path}: no seed kernel (seeds/{p.path.name}) to make variants of")
+    p = load_problem(name, form=form)
+    if not p.seed_source or (form == "nvrtc" and form_name(p.seed_source) != "nvrtc"):
+        where = f"seeds/nvrtc/{p.path.name}" if form == "nvrtc" else f"seeds/{p.path.name}"
+        raise ProblemError(f"{p.path}: no {form} seed kernel ({where}) to make variants of")
     return p.seed_source
 
 
@@ -216,6 +230,11 @@ class BenchPlan:
         return sum(n for _, n in self.throughput)
 
     @property
+    def measures_nvrtc(self) -> bool:
+        """Whether an NVRTC phase (NVRTC_PHASES) is selected."""
+        return any(p in self.phases for p in NVRTC_PHASES)
+
+    @property
     def measures_throughput(self) -> bool:
         """Whether a phase of THROUGHPUT_PHASES is selected (they need the tune variants)."""
         return any(p in self.phases for p in THROUGHPUT_PHASES)
@@ -245,6 +264,11 @@ class CostModel:
     do_bench_start_s, do_bench_problem_s: the do_bench process (torch + triton import, CUDA) and
         each problem in it (cache-hit load, inputs, do_bench rounds, evokernel's timing).
     faults_s: tests/engine/test_gpu_faults.py (56 s with warm builds, ~190 s cold with the 30 s hang).
+    nvrtc_build_s: one NVRTC candidate's build: the build worker's interpreter, its imports
+        and the compile (a small kernel's compile alone: 33 ms on the H200,
+        results/h200-2026-12-01-s5; a seed's whole build on the loaded 2-core development
+        machine: results/cpu-2026-12-01-nvrtc-build); a guess for the H200 until the bench
+        measures it.
     """
 
     build_single_s: float = 31.0
@@ -257,6 +281,7 @@ class CostModel:
     do_bench_start_s: float = 15.0
     do_bench_problem_s: float = 5.0
     faults_s: float = 190.0
+    nvrtc_build_s: float = 1.0
 
     def build_latency_s(self, workers: int, cores: int) -> float:
         return self.build_single_s * max(1.0, self.build_crowding * 2 * workers / max(1, cores))
@@ -294,7 +319,9 @@ def estimate_wall_s(plan: BenchPlan, cost: CostModel = CostModel(), *, cores: in
       warm = set-up + candidates x eval_s;
       fidelity = per group of whole runs (fidelity_groups) its set-up + close_s, the first
           overlapped by the seed builds, + runs x problems x eval_s + the do_bench process;
-      sequential = one set-up per problem it touches + n x (one build alone + eval_s).
+      sequential = one set-up per problem it touches + n x (one build alone + eval_s);
+      nvrtc_cold = set-up + per problem one NVRTC build + n x eval_s (builds are no longer the
+          bottleneck: the worker's gate and time are); nvrtc_warm = as warm.
     """
     cores = machine_cores(cores)
     w = engine_build_workers(plan, cores)
@@ -307,6 +334,13 @@ def estimate_wall_s(plan: BenchPlan, cost: CostModel = CostModel(), *, cores: in
     if "warm" in plan.phases:
         est["warm"] = (cost.setup_group_s(len(plan.throughput), cores)
                        + plan.candidates * cost.eval_s)
+    if "nvrtc_cold" in plan.phases:
+        est["nvrtc_cold"] = (cost.setup_group_s(len(plan.throughput), cores)
+                             + sum(cost.nvrtc_build_s + n * cost.eval_s
+                                   for _, n in plan.throughput))
+    if "nvrtc_warm" in plan.phases:
+        est["nvrtc_warm"] = est["warm"] if "warm" in est else (
+            cost.setup_group_s(len(plan.throughput), cores) + plan.candidates * cost.eval_s)
     if "fidelity" in plan.phases:
         if prebuilt is None:
             in_cold = {p for p, _ in plan.throughput} if "cold" in plan.phases else set()

@@ -65,11 +65,13 @@ def throughput_markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "Notes:", *notes]
     cands = report.get("candidates", [])
     if cands:
-        lines += ["", "| problem | candidate | tune | cold build s | cold eval s | verdict | "
-                  "candidate ms | speedup |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| problem | form | candidate | tune | cold build s | cold eval s | "
+                  "verdict | candidate ms | speedup |", "|---|---|---|---|---|---|---|---|---|"]
         for c in cands:
-            r = c.get("cold") or c.get("warm") or {}
-            lines.append(f"| {c['problem']} | {c['id']} | {c['label']} | "
+            r = (c.get("cold") or c.get("warm") or c.get("nvrtc_cold") or c.get("nvrtc_warm")
+                 or {})
+            lines.append(f"| {c['problem']} | {c.get('form', 'load_inline')} | {c['id']} | "
+                         f"{c['label']} | "
                          f"{_f(r.get('build_s'))} | {_f(r.get('eval_s'), '.2f')} | "
                          f"{r.get('reason', '-')} | {_f(r.get('candidate_ms'), '.4f')} | "
                          f"{_f(r.get('speedup'), '.3f')} |")
@@ -157,7 +159,9 @@ def summary_table(throughput: Mapping[str, Any] | None, fidelity: Mapping[str, A
         ph = throughput.get("phases", {})
         for t in throughput.get("targets", []):
             extra = ""
-            key = {"cold candidates/min": "cold", "warm candidates/min": "warm"}.get(t["name"])
+            key = {"cold candidates/min": "cold", "warm candidates/min": "warm",
+                   "nvrtc cold candidates/min": "nvrtc_cold",
+                   "nvrtc warm candidates/min": "nvrtc_warm"}.get(t["name"])
             if key and key in ph:
                 s = ph[key]
                 extra = (f" ({s['candidates']} in {s['evaluate_s']:.0f} s + set-up "

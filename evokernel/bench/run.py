@@ -13,9 +13,9 @@ from loguru import logger
 
 from evokernel.bench.deps import BenchDeps, checked_cache_dir, WallClock, fresh_dir
 from evokernel.bench.fidelity import fidelity_phase, run_do_bench_process
-from evokernel.bench.plan import (FAULTS_EVIDENCE, FAULTS_TEST, BenchPlan, Variant,
-                                  engine_build_workers,
-                                  estimate_wall_s, throughput_variants)
+from evokernel.bench.plan import (FAULTS_EVIDENCE, FAULTS_TEST, NVRTC_PHASES, BenchPlan,
+                                  Variant, engine_build_workers, estimate_wall_s,
+                                  throughput_variants)
 from evokernel.bench.report import (load_report, write_report_files, faults_markdown, fidelity_markdown,
                                     summary_table, throughput_markdown)
 from evokernel.bench.throughput import (PhaseStats, earlier_phases, sequential_phase,
@@ -33,8 +33,10 @@ NO_GPU_MESSAGE = (
 
 
 def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
-    """Run the plan's phases in order (cold, warm, fidelity, sequential, faults), adapting the
-    later ones to the budget, and write bench_*.json/.md under plan.results_dir after each.
+    """Run the plan's phases in order (cold, warm, nvrtc_cold, nvrtc_warm, fidelity, sequential,
+    faults), adapting the later ones to the budget, and write bench_*.json/.md under
+    plan.results_dir after each. The NVRTC phases measure the NVRTC twins of the same tune
+    variants (evokernel.nvrtc; ``seeds/nvrtc/``) in a cache of their own (``WORK_DIR/nvrtc``).
 
     Budget: estimates (CostModel) are scaled by how much slower than estimated the cold phase
     was (``slowdown``, 0.5-3). warm, fidelity and faults are skipped when what is left is below
@@ -54,23 +56,21 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
     out: dict[str, Any] = {"throughput": None, "fidelity": None, "faults": None,
                            "estimate": est}
     variants: list[Variant] = []
+    nvrtc: list[Variant] = []
     if plan.measures_throughput:
-        sources = {}
-        for name, _ in plan.throughput:
-            seed = deps.load_problem(name).seed_source
-            if not seed:
-                raise ConfigError(f"throughput: problem {name} has no seed kernel to vary")
-            sources[name] = seed
-        variants = throughput_variants(plan.throughput, sources)
+        variants = throughput_variants(plan.throughput, _seeds(plan, deps, "load_inline"))
+    if plan.measures_nvrtc:
+        nvrtc = throughput_variants(plan.throughput, _seeds(plan, deps, "nvrtc"), "nvrtc")
     tp: dict[str, Any] = {
         "plan": plan.to_dict(), "estimate_s": est, "cores": deps.cores,
         "build_workers": engine_build_workers(plan, deps.cores),
         "candidates": [{"problem": v.problem, "id": v.candidate.id, "label": v.label,
-                        "assignment": dict(v.assignment)} for v in variants],
+                        "assignment": dict(v.assignment), "form": v.form}
+                       for v in variants + nvrtc],
         "phases": {}, "targets": [], "skipped": []}
     stats: dict[str, PhaseStats] = {}
     slowdown = 1.0
-    for name, prev in earlier_phases(results_dir, variants, plan.phases).items():
+    for name, prev in earlier_phases(results_dir, variants + nvrtc, plan.phases).items():
         stats[name] = prev
         tp["skipped"].append(f"{name}: not measured in this run; taken from the earlier "
                              f"bench_throughput.json in {results_dir} (same candidates)")
@@ -100,6 +100,15 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
             stats["warm"] = throughput_phase("warm", plan, variants, cold_dir, deps, tp)
         else:
             tp["skipped"].append(skip_note("warm", est["warm"] * slowdown))
+        save_throughput()
+    nvrtc_dir = Path(plan.work_dir) / "nvrtc"
+    for name in (p for p in NVRTC_PHASES if p in plan.phases):
+        if clock.left() < est[name] * slowdown:
+            tp["skipped"].append(skip_note(name, est[name] * slowdown))
+            continue
+        deps.prepare_cache(fresh_dir(nvrtc_dir) if name == "nvrtc_cold"
+                           else checked_cache_dir(nvrtc_dir))
+        stats[name] = throughput_phase(name, plan, nvrtc, nvrtc_dir, deps, tp)
         save_throughput()
     if "fidelity" in plan.phases:
         need = est["fidelity"] * slowdown
@@ -154,6 +163,19 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
         f"# evokernel bench\n\nelapsed {out['elapsed_s']:.0f} s of a {plan.budget_s:.0f} s "
         f"budget (estimate {est['total']:.0f} s)\n\n{out['table']}\n")
     return out
+
+
+def _seeds(plan: BenchPlan, deps: BenchDeps, form: str) -> dict[str, str]:
+    """The seed kernel of each throughput problem in candidate ``form`` (evokernel.build.forms).
+    Raises: ConfigError for a problem without one."""
+    from evokernel.build.forms import form_name
+    sources = {}
+    for name, _ in plan.throughput:
+        seed = deps.load_problem(name, form=form).seed_source
+        if not seed or form_name(seed) != form:
+            raise ConfigError(f"throughput: problem {name} has no {form} seed kernel to vary")
+        sources[name] = seed
+    return sources
 
 
 def _ensure_peaks(cache_dir: Path, *sources: Path) -> None:

@@ -15,9 +15,10 @@ from loguru import logger
 
 from evokernel.bench.deps import (BenchDeps, WallClock, close_all, bench_eval_config, open_evaluators,
                                   try_evaluate)
-from evokernel.bench.plan import (TARGET_COLD_OVER_SEQUENTIAL, TARGET_COLD_PER_MIN,
-                                  TARGET_WARM_PER_MIN, THROUGHPUT_PHASES, TRIAL_OVERHEAD_MS,
-                                  BenchPlan, Variant, sequential_subset)
+from evokernel.bench.plan import (NVRTC_PHASES, TARGET_COLD_OVER_SEQUENTIAL, TARGET_COLD_PER_MIN,
+                                  TARGET_NVRTC_COLD_PER_MIN, TARGET_WARM_PER_MIN,
+                                  THROUGHPUT_PHASES, TRIAL_OVERHEAD_MS, BenchPlan, Variant,
+                                  sequential_subset)
 from evokernel.config import TimingConfig
 from evokernel.records import EvalResult
 
@@ -132,15 +133,22 @@ class Target:
 
 def throughput_targets(phases: Mapping[str, PhaseStats]) -> list[Target]:
     """cold >= 10/min, warm >= 60/min, cold per_min / sequential per_min >= 5 (None where a
-    phase is missing or measured nothing)."""
+    phase is missing or measured nothing); when an NVRTC phase ran, also NVRTC cold >= 40/min
+    (issue 19) and NVRTC warm >= 60/min."""
     def rate(name: str) -> float | None:
         s = phases.get(name)
         return s.per_min if s is not None and s.candidates else None
     cold, warm, seq = rate("cold"), rate("warm"), rate("sequential")
     ratio = cold / seq if cold is not None and seq else None
-    return [Target("cold candidates/min", cold, TARGET_COLD_PER_MIN, "/min"),
-            Target("warm candidates/min", warm, TARGET_WARM_PER_MIN, "/min"),
-            Target("cold / sequential", ratio, TARGET_COLD_OVER_SEQUENTIAL, "x")]
+    out = [Target("cold candidates/min", cold, TARGET_COLD_PER_MIN, "/min"),
+           Target("warm candidates/min", warm, TARGET_WARM_PER_MIN, "/min"),
+           Target("cold / sequential", ratio, TARGET_COLD_OVER_SEQUENTIAL, "x")]
+    if any(p in phases for p in NVRTC_PHASES):
+        out += [Target("nvrtc cold candidates/min", rate("nvrtc_cold"),
+                       TARGET_NVRTC_COLD_PER_MIN, "/min"),
+                Target("nvrtc warm candidates/min", rate("nvrtc_warm"), TARGET_WARM_PER_MIN,
+                       "/min")]
+    return out
 
 
 def _result_row(r: EvalResult, timing: TimingConfig) -> dict[str, Any]:
@@ -154,7 +162,8 @@ def _result_row(r: EvalResult, timing: TimingConfig) -> dict[str, Any]:
 
 def throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], cache: Path,
                       deps: BenchDeps, report: dict[str, Any]) -> PhaseStats:
-    """cold or warm: one evaluator per problem (set up at once), one evaluate() per problem."""
+    """cold or warm (or their NVRTC twins, on ``variants`` of that form): one evaluator per
+    problem (set up at once), one evaluate() per problem."""
     problems = list(dict.fromkeys(v.problem for v in variants))
     cfg = bench_eval_config(plan, cache)
     evs, setup_s = open_evaluators([(deps.load_problem(p), cfg) for p in problems], deps,
@@ -188,7 +197,7 @@ def throughput_phase(name: str, plan: BenchPlan, variants: Sequence[Variant], ca
     finally:
         close_all(evs)
     cold_builds = sum(1 for r in results if (r.build_s or 0.0) > 1.0)
-    if name == "warm" and cold_builds:
+    if name in ("warm", "nvrtc_warm") and cold_builds:
         notes.append(f"{cold_builds} builds took over 1 s: the cache was not warm for them")
     return phase_stats(name, results, evaluate_s=evaluate_s, setup_s=setup_s,
                        timing=cfg.timing, note="; ".join(notes))
@@ -249,19 +258,26 @@ def sequential_phase(plan: BenchPlan, variants: Sequence[Variant], n_max: int, c
 def earlier_phases(results_dir: Path, variants: Sequence[Variant],
                     phases: Sequence[str]) -> dict[str, PhaseStats]:
     """Throughput phases measured by an earlier bench into the same results folder, on the same
-    candidates, that this run does not measure again (so a bench split over two device calls
-    still compares cold with sequential). {} when there is none or it does not match."""
+    candidates of the phase's form, that this run does not measure again (so a bench split over
+    two device calls still compares cold with sequential). {} when there is none or it does not
+    match."""
     path = Path(results_dir) / "bench_throughput.json"
     if not variants or not path.is_file():
         return {}
+
+    def ids(rows: Sequence[Any], form: str) -> list[str]:
+        return [r["id"] for r in rows if r.get("form", "load_inline") == form]
     try:
         old = json.loads(path.read_text())
-        if [c["id"] for c in old.get("candidates", [])] != [v.candidate.id for v in variants]:
-            return {}
+        new = [{"id": v.candidate.id, "form": v.form} for v in variants]
         names = {f.name for f in dataclasses.fields(PhaseStats)}
-        return {k: PhaseStats(**{f: v for f, v in d.items() if f in names})
-                for k, d in old.get("phases", {}).items()
-                if k in THROUGHPUT_PHASES and k not in phases}
+        out = {}
+        for k, d in old.get("phases", {}).items():
+            form = "nvrtc" if k in NVRTC_PHASES else "load_inline"
+            same = ids(new, form) and ids(old.get("candidates", []), form) == ids(new, form)
+            if k in THROUGHPUT_PHASES and k not in phases and same:
+                out[k] = PhaseStats(**{f: v for f, v in d.items() if f in names})
+        return out
     except (OSError, ValueError, KeyError, TypeError) as e:
         logger.warning("{}: unreadable ({}); earlier phases not carried over", path, e)
         return {}

@@ -1,4 +1,4 @@
-"""Builds candidates' CUDA extensions: in parallel, cached, time-limited, in throwaway processes.
+"""Builds candidates' CUDA code: in parallel, cached, time-limited, in throwaway processes.
 
 ``Builder`` runs each candidate's import in a subprocess of its own session
 (``evokernel.build.entry``) and on timeout kills the whole session (ninja, nvcc, cicc, ptxas).
@@ -7,6 +7,11 @@ evokernel.build.cache (arch-flag rewriting, cache keys, per-key build folders, t
 headers); ``load_candidate`` there runs a candidate in the GPU worker with the same patch, so it
 loads the cache. Those names are re-exported here (``__all__``), so
 ``from evokernel.build.builder import load_candidate, MARKER, ...`` keeps working.
+
+A candidate of the NVRTC form (evokernel.build.forms) is not imported: the same subprocess, in
+its ``nvrtc`` mode, compiles its ``compile_kernels`` sources to cubins with NVRTC
+(evokernel.build.nvrtc_build), without torch, in about a second; the result and the cache are
+the same as for a load_inline build.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from loguru import logger
 
 from evokernel.errors import ConfigError
+from evokernel.build.forms import form_name
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, extension_key,
                                        load_candidate, patched_load_inline, rewrite_arch_flags,
                                        toolchain, toolkit_header_fallbacks)
@@ -73,7 +79,8 @@ class BuildResult:
     """The outcome of building one candidate.
 
     ok: every ``load_inline`` call compiled and loaded (errors the module raises afterwards,
-        e.g. CUDA calls on a machine without a GPU, do not count; they are in ``log``).
+        e.g. CUDA calls on a machine without a GPU, do not count; they are in ``log``); for an
+        NVRTC candidate, every ``compile_kernels`` call the build could read compiled.
     reason: Reason.BUILD_ERROR or Reason.BUILD_TIMEOUT when not ok, else None.
     build_s: wall seconds, subprocess start-up included. cache_hit: nothing had to be compiled.
     log: the tail (last LOG_TAIL_CHARS characters) of compiler output and tracebacks.
@@ -190,7 +197,9 @@ class Builder:
             shutil.rmtree(work)
         work.mkdir(parents=True)
         (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
-        timed_out, rc = self._run(work, self.trim_headers)
+        mode = "nvrtc" if form_name(candidate.source) == "nvrtc" else \
+            "trim" if self.trim_headers else "full"
+        timed_out, rc = self._run(work, mode)
         log = (work / "build.log").read_text(errors="replace")
         retry = []
         if not timed_out and self.trim_headers and _trimmed_and_failed(done):
@@ -198,7 +207,7 @@ class Builder:
                         "building the source as written")
             done.unlink(missing_ok=True)
             (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
-            timed_out, rc = self._run(work, False, time.perf_counter() - t0)
+            timed_out, rc = self._run(work, "full", time.perf_counter() - t0)
             log = (work / "build.log").read_text(errors="replace")
             retry = ["headers: built as written (the light-header build failed)"]
         build_s = time.perf_counter() - t0
@@ -221,15 +230,16 @@ class Builder:
                            tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry),
                            resources_from_json(r.get("resources")) if r["ok"] else ())
 
-    def _run(self, work: Path, trim: bool, spent_s: float = 0.0) -> tuple[bool, int | None]:
-        """Run the build entry point in a session of its own, with ``timeout_s - spent_s`` left;
-        kill the session when it ends or times out. Returns: (timed_out, exit status)."""
+    def _run(self, work: Path, mode: str, spent_s: float = 0.0) -> tuple[bool, int | None]:
+        """Run the build entry point in a session of its own (``mode``: "trim", "full" or
+        "nvrtc", see evokernel.build.entry), with ``timeout_s - spent_s`` left; kill the session
+        when it ends or times out. Returns: (timed_out, exit status)."""
         env = worker_env()
         env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
                    TORCH_CUDA_ARCH_LIST=self.arch,
                    TORCH_EXTENSIONS_DIR=str(self.cache_dir / "torch_extensions"))
         cmd = [sys.executable, "-m", "evokernel.build.entry", str(work), str(self.cache_dir),
-               self.arch, "trim" if trim else "full"]
+               self.arch, mode]
         if self.jail is not None:                    # evokernel.sandbox.workers
             self.jail.prepare(work)
             cmd, env = self.jail.command(cmd, work, env)

@@ -1,6 +1,6 @@
 """Subprocess entry point of one candidate build (started by ``evokernel.build.builder.Builder``).
 
-Usage: ``python -m evokernel.build.entry WORK_DIR CACHE_DIR ARCH [trim|full]``. Imports
+Usage: ``python -m evokernel.build.entry WORK_DIR CACHE_DIR ARCH [trim|full|nvrtc]``. Imports
 ``WORK_DIR/candidate.py`` with ``load_inline`` routed through the build cache (``trim``: with a
 light stand-in for ``<torch/extension.h>``, see evokernel.build.headers; missing extensions
 built in ``WORK_DIR/builds``, which evokernel.build.publish moves into the cache), prints tracebacks to
@@ -8,6 +8,11 @@ stdout (the Builder's log), and writes ``WORK_DIR/result.json``: ok, cache_hit, 
 flags, trimmed (some build used the light header), resources (the ``ptxas -v`` report of every
 kernel built, as JSON dicts; evokernel.build.ptxas). Exits with status 0 whenever the result was
 written, whatever the candidate did.
+
+``nvrtc``: an NVRTC candidate (evokernel.build.forms) is not run: its ``compile_kernels`` calls
+are compiled ahead by evokernel.build.nvrtc_build, with the same result.json, and torch is not
+imported. In the other modes a candidate that also calls ``compile_kernels`` compiles with the
+same arch (evokernel.nvrtc.configure).
 """
 from __future__ import annotations
 
@@ -47,9 +52,16 @@ def judge_import(calls: Sequence[Mapping[str, Any]], error: BaseException | None
 def main(argv: list[str]) -> None:
     work, cache_dir, arch = Path(argv[0]), Path(argv[1]), argv[2]
     trim = len(argv) > 3 and argv[3] == "trim"
-    from evokernel.build.cache import patched_load_inline
     from evokernel.jsonfile import write_json_atomic
+    if len(argv) > 3 and argv[3] == "nvrtc":
+        from evokernel.build.nvrtc_build import build_nvrtc
+        write_json_atomic(work / "result.json", build_nvrtc(work, cache_dir, arch), indent=1)
+        sys.stdout.flush()
+        os._exit(0)
+    from evokernel import nvrtc
+    from evokernel.build.cache import patched_load_inline
     from evokernel.problem import exec_module
+    nvrtc.configure(cache_dir, arch)
 
     source_path = work / "candidate.py"
     source = source_path.read_text(encoding="utf-8")

@@ -6,13 +6,14 @@ Errors (the file cannot pass, so it is never sent to a build or a GPU):
     - a Python syntax error (its line);
     - no ``ModelNew`` at module level, or a ``ModelNew`` that is not an ``nn.Module`` class with
       a ``forward`` (evokernel.problem.definition_fault);
-    - no known way of building GPU code: the file uses none of the calls of FORMS (today
-      ``torch.utils.cpp_extension.load_inline``).
+    - no known way of building GPU code: the file uses none of the calls of FORMS
+      (evokernel.build.forms: ``torch.utils.cpp_extension.load_inline`` or
+      ``evokernel.nvrtc.compile_kernels``).
 Warnings (the precision gate decides, on the GPU): every lower-precision or fast-math construct
 that the source scan finds (evokernel.gate.scan), with the line it is on.
 
-A new candidate form (e.g. one compiled with NVRTC) is one more ``CandidateForm`` in FORMS,
-named by the calls that mark it.
+A new candidate form is one more ``CandidateForm`` in evokernel.build.forms.FORMS, named by the
+calls that mark it.
 """
 from __future__ import annotations
 
@@ -20,30 +21,14 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from evokernel.build.forms import FORMS, CandidateForm, form_of
 from evokernel.gate.scan import scan_source, strip_comments
 from evokernel.problem import definition_fault
 from evokernel.records import Reason
 
+__all__ = ["FORMS", "CandidateForm", "Fault", "LOWER_PRECISION", "form_of", "kernel_faults",
+           "scan_warnings"]
 
-@dataclass(frozen=True)
-class CandidateForm:
-    """A way for a candidate file to build its GPU code, recognized by the names it uses.
-
-    name: the form's name (SearchContext.candidate_form's values).
-    uses: function or attribute names whose use marks the form (``load_inline`` matches
-        ``load_inline(...)``, ``cpp_extension.load_inline(...)`` and an imported alias).
-    how: what a file of this form does, for the fault's message.
-    """
-
-    name: str
-    uses: tuple[str, ...]
-    how: str
-
-
-FORMS: tuple[CandidateForm, ...] = (
-    CandidateForm("load_inline", ("load_inline",),
-                  "builds its CUDA with torch.utils.cpp_extension.load_inline(...)"),
-)
 
 #: Scan families whose use lowers an FP32 reference's precision (evokernel.gate.scan).
 LOWER_PRECISION = ("fp16", "bf16", "fp8", "tf32", "mathmode", "autocast")
@@ -97,26 +82,6 @@ def kernel_faults(path: Path, source: str) -> list[Fault]:
         ways = "; or ".join(f"{f.how} ({f.name})" for f in FORMS)
         errors.append(Fault(path, None, f"no GPU code is built: a candidate file {ways}"))
     return errors + scan_warnings(path, source)
-
-
-def form_of(tree: ast.Module) -> CandidateForm | None:
-    """The first form in FORMS whose names the module uses, or None."""
-    used = _used_names(tree)
-    return next((f for f in FORMS if used & set(f.uses)), None)
-
-
-def _used_names(tree: ast.Module) -> set[str]:
-    """Names the module refers to, as a plain name or an attribute, with imported aliases
-    resolved to the name they import."""
-    used: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            used.add(node.id)
-        elif isinstance(node, ast.Attribute):
-            used.add(node.attr)
-        elif isinstance(node, ast.ImportFrom):
-            used.update(a.name for a in node.names)
-    return used
 
 
 def scan_warnings(path: Path, source: str) -> list[Fault]:

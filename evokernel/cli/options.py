@@ -14,8 +14,8 @@ from typing import Any
 
 from loguru import logger
 
-from evokernel.config import (KNOWN_DISTRIBUTIONS, EvalConfig, GateConfig, LLMConfig, RunConfig,
-                              SearchConfig)
+from evokernel.config import (CANDIDATE_FORMS, KNOWN_DISTRIBUTIONS, EvalConfig, GateConfig,
+                              LLMConfig, RunConfig, SearchConfig)
 from evokernel.engine import factory
 from evokernel.errors import ConfigError
 
@@ -70,6 +70,11 @@ def add_search_arguments(p: argparse.ArgumentParser, *, branching: bool = True) 
                    help=with_default("generations to run", SEARCH.generations))
     p.add_argument("--seed", type=int, default=SEARCH.seed,
                    help=with_default("the search's RNG seed", SEARCH.seed))
+    p.add_argument("--candidate-form", choices=CANDIDATE_FORMS, default=SEARCH.candidate_form,
+                   help=with_default("the kernel form the prompts ask for and the seed kernel "
+                                     "starts in: load_inline (a PyTorch extension, ~30 s "
+                                     "builds), nvrtc (evokernel.nvrtc, ~1 s builds) or any",
+                                     SEARCH.candidate_form))
     if not branching:
         return
     p.add_argument("--ideas", type=int, default=SEARCH.ideas_per_call,
@@ -119,7 +124,8 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
     optional = {key: getattr(args, flag) for key, flag in (
         ("islands", "islands"), ("migration_interval", "migration_interval"),
         ("migrants", "migrants"), ("ideas_per_call", "ideas"),
-        ("implementations_per_idea", "implementations")) if hasattr(args, flag)}
+        ("implementations_per_idea", "implementations"),
+        ("candidate_form", "candidate_form")) if hasattr(args, flag)}
     return SearchConfig(population_size=args.population, generations=args.generations,
                         offspring_per_generation=args.offspring, seed=args.seed, **optional)
 

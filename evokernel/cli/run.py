@@ -48,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         problem, config = _resumed(args)
     else:
-        problem = load_problem(args.problem, seed=args.seed_kernel)
+        problem = load_problem(args.problem, seed=args.seed_kernel, form=args.candidate_form)
         config = RunConfig(problem=str(args.problem), run_dir=args.run_dir,
                            search=options.search_config(args),
                            evaluation=options.eval_config(args),

@@ -6,8 +6,8 @@ None (the candidate goes on) or its EvalResult (evokernel.engine.pipeline). In o
 =============  ==========================================================  =====================
 stage          what it does                                                 reasons it can return
 =============  ==========================================================  =====================
-load           scan the source, import the module (its extension is         no_code, load_error
-               built), make ``ModelNew`` with the reference's parameters
+load           scan the source, import the module (its extension built, its  no_code, load_error,
+               NVRTC kernels compiled), make ``ModelNew``                   build_error (NVRTC)
 gate           the precision gate on every input set (evokernel.gate)       (records the outcome)
 tamper         timers patched, threads or processes started, evokernel's    timer_tampering,
                own code changed (evokernel.engine.tamper)                   threads
@@ -34,14 +34,14 @@ accept         the accepted result and its detail                           ok
 from __future__ import annotations
 
 import time
-import traceback
 from typing import Any
 
 import torch
 
+from evokernel import nvrtc
 from evokernel.build import cache as build_cache
 from evokernel.engine import outputs as out
-from evokernel.engine.faults import classify_exception, tail
+from evokernel.engine.faults import classify_exception, load_detail, load_log
 from evokernel.engine.pipeline import Stage, Trial, WorkerState
 from evokernel.gate import fallback
 from evokernel.gate import maths as gm
@@ -55,17 +55,18 @@ from evokernel.timing.clocks import default_clock
 from evokernel.timing.interleaved import host_quiet, side_stream_suspect, time_interleaved
 
 
-
 class Load:
-    """Scan the source (flags only), import the candidate module (its load_inline extension
-    comes from the build cache), and make ``ModelNew`` with the reference's parameters
-    (GateReference.prepare_candidate). NO_CODE without ``ModelNew``; LOAD_ERROR when the import
-    or the constructor raises; a sticky CUDA error is raised for the session to handle."""
+    """Scan the source (flags only), import the candidate module (its load_inline extension or
+    NVRTC cubins come from the build cache; evokernel.nvrtc compiles a missing one for this
+    worker's arch), and make ``ModelNew`` with the reference's parameters (GateReference.
+    prepare_candidate). NO_CODE without ``ModelNew``; BUILD_ERROR for an NVRTC compile error;
+    LOAD_ERROR when the import or the constructor raises; a sticky CUDA error is raised."""
 
     name = "load"
 
     def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
         t.add_flags(scan_source(t.candidate.source))
+        nvrtc.configure(s.config.cache_path, s.arch)
         try:
             module = build_cache.load_candidate(t.candidate.source,
                                                 f"evokernel_cand_{t.candidate.id}",
@@ -79,8 +80,7 @@ class Load:
                 raise
             if reason is Reason.RUNTIME_ERROR:
                 reason = Reason.LOAD_ERROR
-            return t.reject(reason, f"{type(e).__name__}: {e}"[:2000],
-                            log=tail(traceback.format_exc()))
+            return t.reject(reason, load_detail(e, t.candidate.source), log=load_log(e))
         return None
 
 

@@ -24,15 +24,25 @@ from evokernel.records import Reason
 #: cudaErrorInvalidDeviceFunction / NoKernelImageForDevice, cudaErrorSymbolNotFound), as
 #: lower-case substrings of their messages. Raised inside forward they are a RUNTIME_ERROR;
 #: pending after forward returned (nobody checked the launch) they are a SILENT_FAILURE.
+#: The driver API's names of the same errors are how cuda.core's CUDAError spells them (NVRTC
+#: candidates, evokernel.nvrtc: a launch with a missing argument raised
+#: CUDA_ERROR_INVALID_VALUE on the H200 and the context survived, results/h200-2026-12-01-s5).
 LAUNCH_ERRORS = ("invalid argument", "invalid configuration argument",
                  "too many resources requested", "no kernel image is available",
-                 "invalid device function", "named symbol not found")
+                 "invalid device function", "named symbol not found",
+                 "cuda_error_invalid_value", "cuda_error_launch_out_of_resources",
+                 "cuda_error_no_binary_for_gpu", "cuda_error_not_found")
 
-#: Errors after which the CUDA context is unusable (the worker must exit), lower case.
+#: Errors after which the CUDA context is unusable (the worker must exit), lower case; and their
+#: driver API names (cuda.core).
 STICKY_ERRORS = ("illegal memory access", "misaligned address", "unspecified launch failure",
                  "device-side assert", "illegal instruction",
                  "invalid program counter", "uncorrectable", "cuda error: unknown error",
-                 "launch timed out")
+                 "launch timed out", "cuda_error_illegal_address",
+                 "cuda_error_misaligned_address", "cuda_error_launch_failed",
+                 "cuda_error_assert", "cuda_error_illegal_instruction", "cuda_error_invalid_pc",
+                 "cuda_error_hardware_stack_error", "cuda_error_ecc_uncorrectable",
+                 "cuda_error_launch_timeout", "cuda_error_unknown")
 
 
 @dataclass(frozen=True)
@@ -142,7 +152,7 @@ def exception_reason(e: BaseException) -> Reason:
         return Reason.RUNTIME_ERROR
     accel = getattr(torch, "AcceleratorError", None)
     msg = str(e)
-    if (accel is not None and isinstance(e, accel)) or any(s in msg for s in (
+    if (accel is not None and isinstance(e, accel)) or is_sticky(e) or any(s in msg for s in (
             "CUDA error", "illegal memory access", "device-side assert", "cudaError",
             "unspecified launch failure")):
         return Reason.CUDA_FAULT

@@ -65,4 +65,4 @@ class GenerationContexts:
             inspirations=tuple(self.archive.inspirations(ids, self.lineage, n=INSPIRATIONS,
                                                          offset=plan.call_index)),
             category=plan.category, taken_ideas=tuple(dict.fromkeys(taken)),
-            call_index=plan.call_index)
+            call_index=plan.call_index, candidate_form=self.search.candidate_form)

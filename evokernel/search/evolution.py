@@ -103,7 +103,7 @@ class Evolution:
 
     def __post_init__(self) -> None:
         if not isinstance(self.problem, Problem):
-            self.problem = load_problem(self.problem)
+            self.problem = load_problem(self.problem, form=self.config.search.candidate_form)
         uses_llm = self.llm is not None or self.config.llm.model is not None
         if self.mutations is None:
             from evokernel.operators import IdeaMutation, TuneMutation
@@ -268,7 +268,8 @@ class Evolution:
         from evokernel.operators import SeedPort
         port = SeedPort()(problem, SearchContext(
             problem=problem, generation=0, rng=random.Random(self._search.seed), llm=self.llm,
-            device=dict(self.evaluator.info) if self.evaluator else {}))
+            device=dict(self.evaluator.info) if self.evaluator else {},
+            candidate_form=self._search.candidate_form))
         if not port:
             raise ConfigError(f"{problem.path}: the LLM wrote no first kernel")
         return port

@@ -71,7 +71,7 @@ def test_a_load_inline_alias_or_module_attribute_is_a_build_call(tmp_path):
         text += "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
                 "        return x\n"
         assert kernel_faults(tmp_path / "k.py", text) == []
-    assert [f.name for f in FORMS] == ["load_inline"]
+    assert [f.name for f in FORMS] == ["load_inline", "nvrtc"]
 
 
 def test_the_source_scan_is_named_at_its_line_as_a_warning(tmp_path):

@@ -84,7 +84,7 @@ KERNEL_ITEMS = ("time: 0.52 ms", "PyTorch eager (TF32 off): 1.064 ms -> speedup 
 LINEAGE_ITEMS = ("gain 1.25x over its parent", "rejected (accumulation_error): norm ratio 40.2",
                  "1 tune variants", "History of this lineage")
 REQUEST_ITEMS = ("generation 2, call 5 of this generation", "`memory` (memory hierarchy",
-                 "candidate form: a torch.utils.cpp_extension.load_inline extension")
+                 "candidate form: a torch.utils.cpp_extension.load_inline extension (form 1")
 
 
 def assert_has(text: str, items) -> None:

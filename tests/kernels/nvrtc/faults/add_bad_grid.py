@@ -1,0 +1,26 @@
+"""Fault fixture, NVRTC form: a grid of (1, 70000) blocks, over the 65535 allowed in y: the driver
+refuses the launch (CUDA_ERROR_INVALID_VALUE from cuda.core), which leaves the context usable.
+Expected: runtime_error; the worker goes on."""
+import torch
+import torch.nn as nn
+
+from evokernel.nvrtc import compile_kernels
+
+cuda_src = r"""
+constexpr int BLOCK = 256;  // tune: 128 256 512
+__global__ void add_kernel(const float* a, const float* b, float* c, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+"""
+kernels = compile_kernels(cuda_src, ["add_kernel"])
+BLOCK = kernels.constant("BLOCK")
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        a, b = a.contiguous(), b.contiguous()
+        c = torch.empty_like(a)
+        n = a.numel()
+        kernels.add_kernel.launch((1, 70000), BLOCK, a, b, c, n)
+        return c

@@ -1,0 +1,25 @@
+"""Fault fixture, NVRTC form: writes far outside the output (an illegal address, a sticky CUDA
+error). Expected: cuda_fault; the worker is replaced."""
+import torch
+import torch.nn as nn
+
+from evokernel.nvrtc import compile_kernels
+
+cuda_src = r"""
+constexpr int BLOCK = 256;  // tune: 128 256 512
+__global__ void add_kernel(const float* a, const float* b, float* c, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i + (1LL << 40)] = a[i] + b[i];
+}
+"""
+kernels = compile_kernels(cuda_src, ["add_kernel"])
+BLOCK = kernels.constant("BLOCK")
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        a, b = a.contiguous(), b.contiguous()
+        c = torch.empty_like(a)
+        n = a.numel()
+        kernels.add_kernel.launch((n + BLOCK - 1) // BLOCK, BLOCK, a, b, c, n)
+        return c
