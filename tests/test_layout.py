@@ -22,7 +22,7 @@ STAGE_ORDER = (
     {"build", "problem_run"},
     {"timing"},
     {"gate"},
-    {"engine"},
+    {"engine", "cluster"},
     {"runs"},
     {"llm"},
     {"operators"},

@@ -73,6 +73,9 @@ class Evolution:
             model configured, IdeaMutation + TuneMutation, LLMCrossover, Repair; without one,
             TuneMutation only. They become the toolbox's ``mutate`` and ``mate``.
         evaluator: default CudaEvaluator on every visible GPU.
+        dask: with the default evaluator, evaluate on Dask instead (engine.factory's ``dask``:
+            True for this host's GPUs, or a scheduler address). Not saved in the run's config,
+            so a resumed run may use another cluster.
         llm: default an LLMClient from config.llm when a model is set.
         on_generation: called after every generation with its GenerationStats.
     Attributes:
@@ -91,6 +94,7 @@ class Evolution:
     llm: Any = None
     on_generation: Callable[[GenerationStats], None] | None = None
     llm_batch: Any = None
+    dask: str | bool | None = None
     toolbox: base.Toolbox = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -149,7 +153,7 @@ class Evolution:
                 raise ConfigError(f"{cfg.llm.model}: set {', '.join(missing)} (litellm reads the "
                                   "provider's key from the environment), or pass --api-base for "
                                   "a local server")
-        if self.evaluator is None:
+        if self.evaluator is None and not isinstance(self.dask, str):
             require_gpu()                         # before any folder is made
         created = not run_dir.exists()
         if resume:
@@ -174,7 +178,8 @@ class Evolution:
             try:
                 self.evaluator = make_evaluator(  # a resumed run keeps its compile baseline
                     problem, cfg.evaluation,
-                    compile_ms=store.compile_baseline_ms() if resume else None)
+                    compile_ms=store.compile_baseline_ms() if resume else None,
+                    dask=self.dask)
             except BaseException:
                 discard_if_empty(store, run_dir, created)
                 raise
