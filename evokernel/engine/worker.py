@@ -30,6 +30,8 @@ from evokernel.records import Candidate
 
 
 def main(argv: list[str]) -> int:
+    import torch  # noqa: F401 -- loaded before the set-up arrives: a worker started ahead of
+    #               its problem (WorkerHandle.prepare) has it ready; no CUDA context yet
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
     session: Session | None = None
