@@ -17,7 +17,7 @@ SOURCES = {"evokernel": ROOT / "evokernel", "evokernel.operators": ROOT / "opera
 #: before it, never a later one (docs/architecture.md, "Where each stage lives").
 STAGE_ORDER = (
     {"errors", "config", "jsonfile", "records", "precision"},
-    {"problems", "problem", "problem_probe"},
+    {"problems", "problem", "problem_probe", "problem_files"},
     {"sandbox"},
     {"build", "problem_run"},
     {"timing"},

@@ -169,6 +169,38 @@ def test_check_all_scores_each_problem(tmp_path):
     assert fast_p(rows, 1) == pytest.approx(1 / 3)
 
 
+def test_check_all_by_default_evaluates_the_set_together(monkeypatch):
+    """Without an evaluator factory, check_all hands every problem with a candidate to
+    evaluate_problem_set at once and maps its outcomes back to rows, in order."""
+    from evokernel.engine import problem_set
+    problems = suite_problems(["softmax", "matmul", "layernorm", "conv2d"])
+    seeds = candidate_files(problems, None)
+    files = dict(seeds, matmul=None)
+    calls = []
+
+    def together(jobs, config, devices=None):
+        calls.append(([j.problem.name for j in jobs], devices))
+        out = []
+        for j in jobs:
+            c = j.candidates[0]
+            assert c.source == seeds[j.problem.name].read_text() and c.operator == "check"
+            if j.problem.name == "layernorm":
+                out.append(problem_set.ProblemOutcome("layernorm", [], {}, 0,
+                                                      error="layernorm.py: cannot set up"))
+                continue
+            r = EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                           reference_ms=2.0, candidate_ms=1.0)
+            out.append(problem_set.ProblemOutcome(j.problem.name, [r], {"device": "x"}, 0))
+        return out
+    monkeypatch.setattr(problem_set, "evaluate_problem_set", together)
+    rows = check_all(problems, files, EvalConfig(), placement={"devices": [0, 1]})
+    assert calls == [(["softmax", "layernorm", "conv2d"], [0, 1])]     # one call, all of them
+    assert [(r.problem, r.correct, r.reason) for r in rows] == [
+        ("softmax", True, "ok"), ("matmul", False, "no candidate"),
+        ("layernorm", False, "error: layernorm.py: cannot set up"), ("conv2d", True, "ok")]
+    assert rows[0].speedup == 2.0
+
+
 def test_search_all_scores_each_best(tmp_path):
     from tests.support.runstores import build_crossover_run
     problems = [load_problem("softmax"), load_problem("matmul")]
