@@ -241,10 +241,12 @@ class DaskEvaluator:
     def close(self) -> None:
         """Stop the GPU slots' engine workers, disconnect, and stop a cluster it started."""
         client = getattr(self, "client", None)
-        if client is not None and str(client.status) == "running":
+        setup = getattr(self, "setup", None)
+        if client is not None and setup is not None and str(client.status) == "running":
             try:
                 gpus = clusters.gpu_workers(client)
-                client.gather([client.submit(self._tasks.close_gpu, workers=[a], pure=False,
+                client.gather([client.submit(self._tasks.close_gpu, setup, workers=[a],
+                                             pure=False,
                                              allow_other_workers=False,
                                              resources={clusters.GPU_RESOURCE: 1},
                                              key=f"close-{uuid.uuid4().hex}") for a in gpus])

@@ -8,8 +8,8 @@ is known to be installed: evokernel.cluster.connect.require_distributed).
     close_gpu()                            on a GPU worker: its engine worker stopped
     WorkerSetup                            the worker plugin: no keys in a worker's environment
 
-A GPU worker holds one ``GpuSlot``: the local engine's own ``WorkerHandle`` (spawn, timeout,
-kill, respawn) and ``SharedGpuGuard`` for the problem it was last asked about. Candidate code
+A GPU worker holds one ``GpuSlot``: per problem it was asked about (the last MAX_PROBLEMS), the
+local engine's own ``WorkerHandle`` (spawn, timeout, kill, respawn) and ``SharedGpuGuard``. Candidate code
 runs only in the handle's contained worker process (evokernel.engine.worker, in the jail of
 evokernel.sandbox.workers), so a hang, a crash or an illegal address kills and replaces that
 process and fails that candidate with timeout, worker_crash or cuda_fault, as on one host. The
@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ from evokernel.engine.handle import WorkerHandle
 from evokernel.records import Candidate, EvalResult
 from evokernel.sandbox import is_secret, protect_environ, worker_env
 
+#: Problems whose engine workers a GPU worker keeps set up at once (EvalConfig-independent:
+#: each holds the problem's tensors in GPU memory, ~13 GiB for the softmax problem).
+MAX_PROBLEMS = 4
 _lock = threading.Lock()
 _builders: dict[str, Builder] = {}
 
@@ -109,22 +113,28 @@ def gpu_arch() -> str:
 
 
 class GpuSlot:
-    """A GPU worker's engine worker for one problem at a time (see the module docstring)."""
+    """A GPU worker's engine workers, one per problem, for the last ``MAX_PROBLEMS`` problems
+    it was asked about (see the module docstring): several drivers (or evaluators of one
+    driver, as the bench's) share a worker as they would share a GPU with the local engine,
+    each problem keeping its own set-up; the least recently used is stopped beyond that."""
 
     def __init__(self) -> None:
-        self.key: str | None = None
-        self.handle: WorkerHandle | None = None
-        self.guard: SharedGpuGuard | None = None
-        self.info: dict[str, Any] = {}
+        self.problems: OrderedDict[str, tuple[WorkerHandle, SharedGpuGuard, dict[str, Any]]] = \
+            OrderedDict()
         self.lock = threading.Lock()
 
-    def ensure(self, setup: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-        """Set the slot up for ``setup``'s problem unless it already is; returns its info.
-        Raises: ProblemError when the problem cannot be set up (the worker's error in it)."""
+    def ensure(self, setup: dict[str, Any], options: dict[str, Any]
+               ) -> tuple[WorkerHandle, SharedGpuGuard, dict[str, Any]]:
+        """The engine worker of ``setup``'s problem, set up now unless it already is.
+        Returns: (handle, guard, info). Raises: ProblemError when the problem cannot be set
+        up (the worker's error in it)."""
         key = setup_key(setup)
-        if key == self.key and self.handle is not None:
-            return self.info
-        self.close()
+        if key in self.problems:              # its handle respawns a dead worker itself
+            self.problems.move_to_end(key)
+            return self.problems[key]
+        self.drop(key)
+        while len(self.problems) >= int(options.get("max_problems", MAX_PROBLEMS)):
+            self.drop(next(iter(self.problems)))
         config = _eval_config(setup["config"]["evaluation"])
         device = _device()
         containment = _containment(config)
@@ -143,26 +153,29 @@ class GpuSlot:
                               entry=options.get("entry", "evokernel.engine.worker"),
                               sandbox=jail)
         info = dict(handle.start())
-        self.handle, self.key, self.info = handle, key, info
-        self.guard = SharedGpuGuard(NvmlProcesses(info.get("uuid", "")),
-                                    info.get("reference_ms"), policy=config.gpu_sharing,
-                                    wait_s=config.gpu_wait_s)
-        return info
+        guard = SharedGpuGuard(NvmlProcesses(info.get("uuid", "")), info.get("reference_ms"),
+                               policy=config.gpu_sharing, wait_s=config.gpu_wait_s)
+        self.problems[key] = (handle, guard, info)
+        return self.problems[key]
 
     def evaluate(self, setup: dict[str, Any], candidate: dict[str, Any],
                  options: dict[str, Any]) -> EvalResult:
-        """One candidate's verdict in this slot's engine worker (set up first if need be)."""
-        self.ensure(setup, options)
-        assert self.handle is not None and self.guard is not None
+        """One candidate's verdict in its problem's engine worker (set up first if need be)."""
+        handle, guard, _ = self.ensure(setup, options)
         cand = Candidate.from_dict(candidate)
         timeout_s = _eval_config(setup["config"]["evaluation"]).eval_timeout_s
-        handle = self.handle
-        return self.guard.run(lambda: handle.evaluate(cand, timeout_s))
+        return guard.run(lambda: handle.evaluate(cand, timeout_s))
 
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-        self.handle, self.key, self.guard, self.info = None, None, None, {}
+    def drop(self, key: str) -> None:
+        """Stop the engine worker of one problem (its setup_key), if there is one."""
+        held = self.problems.pop(key, None)
+        if held is not None:
+            held[0].close()
+
+    def close(self, key: str | None = None) -> None:
+        """Stop one problem's engine worker (``key``), or all of them."""
+        for k in [key] if key is not None else list(self.problems):
+            self.drop(k)
 
 
 _slot = GpuSlot()
@@ -173,7 +186,7 @@ def setup_gpu(setup: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     worker's info dict (device, reference_ms, floors, ...), with "dask_worker": this worker's
     address. Raises: ProblemError when the problem cannot be set up on this GPU."""
     with _slot.lock:
-        info = dict(_slot.ensure(setup, options))
+        info = dict(_slot.ensure(setup, options)[2])
     return dict(info, dask_worker=_address())
 
 
@@ -185,10 +198,11 @@ def evaluate_on_gpu(setup: dict[str, Any], candidate: dict[str, Any],
         return _slot.evaluate(setup, candidate, options)
 
 
-def close_gpu() -> bool:
-    """Stop this worker's engine worker (the driver is done with the problem). Returns True."""
+def close_gpu(setup: dict[str, Any] | None = None) -> bool:
+    """Stop this worker's engine worker of ``setup``'s problem (the driver is done with it),
+    or all of them (None). Returns True."""
     with _slot.lock:
-        _slot.close()
+        _slot.close(None if setup is None else setup_key(setup))
     return True
 
 
