@@ -257,7 +257,8 @@ def _suite_only(args: argparse.Namespace, jobs: list[Any], plan: BenchPlan | Non
     n = sum(len(j.candidates) for j in jobs)
     if args.dry_run:
         print(f"evokernel bench: suite phase: {len(jobs)} problems, {n} kernels, checked one "
-              "at a time and together, each from an empty build cache")
+              "at a time, together, and together with the next worker warmed ahead, each "
+              "from an empty build cache")
         return 0
     deps = suite_deps()                           # NoGPUError before anything is written
     plan = plan or plan_from_args(argparse.Namespace(**dict(vars(args), phases=("cold",))))

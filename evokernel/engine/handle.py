@@ -70,12 +70,19 @@ class WorkerHandle:
         self._pending_setup: dict[str, Any] | None = None   # a prepared process's set-up
 
     # -- process life ---------------------------------------------------------------------
-    def prepare(self) -> None:
+    def prepare(self, warm: bool = False) -> None:
         """Spawn the worker process now, without its set-up: it loads its modules (torch
         among them) and waits, so that a later ``start`` costs the set-up alone. Used to get
         the next problem's worker ready while the current one's candidates are timed
-        (evokernel.engine.problem_set); it opens no CUDA context, so it cannot disturb them."""
+        (evokernel.engine.problem_set); it opens no CUDA context, so it cannot disturb them.
+        ``warm``: also make its CUDA context and load torch.profiler now (the worker's
+        ``warm_up``: a few tiny kernels beside whatever the GPU is timing)."""
         self._spawn()
+        if warm and self._send is not None:
+            try:
+                protocol.send(self._send, {"kind": "warm"})
+            except OSError:            # gone already: start() spawns a new one
+                pass
 
     def start(self) -> dict[str, Any]:
         """Spawn the worker (unless ``prepare`` did) and wait until its reference is ready;

@@ -66,10 +66,10 @@ class ProblemSetRun:
     def __init__(self, jobs: Sequence[ProblemJob], config: EvalConfig, *, devices: Sequence[Any],
                  arch: str, builder: Any, make_handle: Callable[[Problem, Any], Any],
                  guard_for: Callable[[dict[str, Any]], Any],
-                 on_result: OnProblemResult | None = None):
+                 on_result: OnProblemResult | None = None, warm_ahead: bool = False):
         self.jobs, self.config, self.devices, self.arch = list(jobs), config, list(devices), arch
         self.builder, self.make_handle, self.guard_for = builder, make_handle, guard_for
-        self.on_result = on_result
+        self.on_result, self.warm_ahead = on_result, warm_ahead
         self.builds: dict[str, Future | EvalResult] = {}
         self.outcomes: list[ProblemOutcome | None] = [None] * len(self.jobs)
         self.todo: queue.Queue[int] = queue.Queue()
@@ -122,10 +122,10 @@ class ProblemSetRun:
             info = handle.start()
         except EvokernelError as e:                   # the problem cannot be set up
             if ahead is not None:
-                ahead.prepare()
+                ahead.prepare(warm=self.warm_ahead)
             return ProblemOutcome(job.problem.name, [], {}, device, error=str(e))
-        if ahead is not None:
-            ahead.prepare()                           # its interpreter and torch, meanwhile
+        if ahead is not None:                         # its interpreter and torch, meanwhile
+            ahead.prepare(warm=self.warm_ahead)
         guard = self.guard_for(info)
         results = [self._judge(job.problem.name, c, handle, guard) for c in job.candidates]
         return ProblemOutcome(job.problem.name, results, dict(info), device,
@@ -159,7 +159,8 @@ class ProblemSetRun:
 def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                          devices: Sequence[int] | None = None, log_dir: Path | None = None,
                          on_result: OnProblemResult | None = None,
-                         entry: str = "evokernel.engine.worker") -> list[ProblemOutcome]:
+                         entry: str = "evokernel.engine.worker",
+                         warm_ahead: bool = False) -> list[ProblemOutcome]:
     """Build every candidate of every problem up front, then gate and time each problem's
     candidates on this host's GPUs, one problem per GPU at a time (see the module docstring).
 
@@ -170,6 +171,9 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
         log_dir: where worker logs go (default <cache>/logs).
         on_result: called with (problem name, EvalResult) as each verdict is ready.
         entry: the GPU worker module (tests substitute a fake one).
+        warm_ahead: the next problem's worker also makes its CUDA context and loads the
+            profiler while the current problem is timed (WorkerHandle.prepare(warm=True));
+            off until the bench's suite phase (mode together_warm) shows that harmless.
     Returns: one ProblemOutcome per job, in the jobs' order; a problem that cannot be set up
         has ``error`` set and no results. Never raises for a bad candidate or problem.
     Raises: NoGPUError when no CUDA GPU is visible; SandboxError as the local engine.
@@ -204,4 +208,4 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                  sandbox=containment) as builder:
         return ProblemSetRun(jobs, config, devices=devices, arch=arch, builder=builder,
                              make_handle=make_handle, guard_for=guard_for,
-                             on_result=on_result).run()
+                             on_result=on_result, warm_ahead=warm_ahead).run()

@@ -47,8 +47,8 @@ def fake_deps(clock, caches):
         def close(self):
             pass
 
-    def evaluate_set(jobs, config):
-        caches.append(("set", config.cache_dir))
+    def evaluate_set(jobs, config, warm_ahead=False):
+        caches.append(("warm" if warm_ahead else "set", config.cache_dir))
         clock.t += 20.0
         return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates], {}, 0)
                 for j in jobs]
@@ -71,13 +71,16 @@ def test_both_modes_from_their_own_caches(tmp_path):
     assert together["wall_s"] == 20.0 and together["per_min"] == pytest.approx(18.0)
     assert report["speedup"] == pytest.approx(2.25)
     assert report["target"]["passed"] is True
-    dirs = {kind: {d for k, d in caches if k == kind} for kind in ("one", "set")}
+    dirs = {kind: {d for k, d in caches if k == kind} for kind in ("one", "set", "warm")}
     assert dirs["one"] == {str(tmp_path / "suite-one_at_a_time")}
     assert dirs["set"] == {str(tmp_path / "suite-together")}
+    assert dirs["warm"] == {str(tmp_path / "suite-together_warm")}
+    assert report["modes"]["together_warm"]["per_min"] == pytest.approx(18.0)
     firsts = [j.candidates[0].id for j in jobs if "BLOCK" in j.candidates[0].source]
-    assert [d.split(":")[0] for d in report["differ"]] == sorted(firsts)
+    assert [d.split(":")[0] for d in report["differ"]] == sorted(firsts * 2)
     md = suite_markdown(report)
-    assert "| together | 6 | 6 | 20.0 | 18.0 |" in md and "impossible_speed vs ok" in md
+    assert "| together | 6 | 6 | 20.0 | 18.0 |" in md
+    assert "impossible_speed vs together ok" in md and "vs together_warm ok" in md
 
 
 def test_kernels_from_a_folder(tmp_path):

@@ -57,8 +57,10 @@ class FakeHandle:
     def __init__(self, log, problem, device):
         self.log, self.name, self.device = log, problem.name, device
 
-    def prepare(self):
+    def prepare(self, warm=False):
         self.log.add("prepare", self.name, self.device)
+        if warm:
+            self.log.add("warm", self.name)
 
     def start(self):
         self.log.add("start", self.name, self.device)
@@ -76,13 +78,13 @@ class FakeHandle:
         self.log.add("close", self.name, self.device)
 
 
-def fake_run(tmp_path, jobs, devices=(0,)):
+def fake_run(tmp_path, jobs, devices=(0,), warm_ahead=False):
     log = Log()
     guard = types.SimpleNamespace(run=lambda f: f())
     run = ProblemSetRun(jobs, EvalConfig(), devices=devices, arch="9.0",
                         builder=FakeBuilder(log),
                         make_handle=lambda p, d: FakeHandle(log, p, d),
-                        guard_for=lambda info: guard)
+                        guard_for=lambda info: guard, warm_ahead=warm_ahead)
     return run.run(), log.events
 
 
@@ -99,6 +101,12 @@ def test_builds_go_up_front_and_the_next_worker_is_ready_before_the_current_clos
     assert [[r.candidate_id for r in o.results] for o in outcomes] == \
         [[c.id for c in j.candidates] for j in jobs]
     assert all(r.accepted and r.build_s == 1.0 for o in outcomes for r in o.results)
+
+
+def test_warm_ahead_is_asked_for(tmp_path):
+    jobs = [job(tmp_path, "a", "1"), job(tmp_path, "b", "1")]
+    assert ("warm", "b") not in fake_run(tmp_path, jobs)[1]
+    assert ("warm", "b") in fake_run(tmp_path, jobs, warm_ahead=True)[1]
 
 
 def test_a_problem_that_cannot_be_set_up_costs_only_its_row(tmp_path):
