@@ -211,3 +211,25 @@ def test_placement_flags():
     assert dataclasses.is_dataclass(EvalConfig())     # placement is not in the saved config
     assert not {"dask", "gpus", "dask_scheduler"} & {f.name for f in
                                                       dataclasses.fields(EvalConfig)}
+
+
+def test_evolution_hands_dask_to_the_factory_and_needs_no_local_gpu(tmp_path, monkeypatch):
+    """Evolution(dask=ADDRESS) asks the factory for that cluster's evaluator (through the
+    toolbox's map, as any evaluator) and does not require a GPU on the driver's host."""
+    import torch
+
+    from evokernel.engine import factory
+    from tests.support.fakes import FakeEvaluator
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    asked = []
+
+    def make(problem, config, **kw):
+        asked.append(kw)
+        return FakeEvaluator()
+    monkeypatch.setattr(factory, "make_evaluator", make)
+    run = RunConfig(run_dir=str(tmp_path / "run"), search=SearchConfig(
+        population_size=2, offspring_per_generation=2, generations=1, seed=7))
+    result = Evolution(problem(tmp_path), run, mutations=[TuneMutation()],
+                       dask="tcp://head:8786").run()
+    assert asked == [{"compile_ms": None, "dask": "tcp://head:8786"}]
+    assert result.best is not None
