@@ -26,7 +26,8 @@ from evokernel.demo.fake_evaluator import FakeEvaluator  # noqa: E402
 from evokernel.demo.scripted_llm import scripted_reply  # noqa: E402
 
 from evokernel.config import LLMConfig  # noqa: E402
-from evokernel.errors import EvokernelError, NoGPUError  # noqa: E402
+from evokernel.engine.factory import require_gpu as require_any_gpu  # noqa: E402
+from evokernel.errors import EvokernelError  # noqa: E402
 from evokernel.problem import Problem  # noqa: E402
 from evokernel.runs.store import RunStore  # noqa: E402
 
@@ -56,14 +57,11 @@ def require_gpu(args: argparse.Namespace | None = None) -> None:
     and PyTorch sees none; call it before creating any folder."""
     if args is not None and getattr(args, "evaluator", "cuda") == "fake":
         return
-    import torch
-    if torch.cuda.is_available():
-        return
     hint = (" (--mock --evaluator fake runs the script's logic without one: a demonstration "
             "whose numbers are not measurements)" if args is not None and
             hasattr(args, "evaluator") else "")
-    raise NoGPUError("needs a CUDA GPU to build, gate and time kernels, and PyTorch sees none "
-                     "here; nothing was created" + hint)
+    require_any_gpu("needs a CUDA GPU to build, gate and time kernels, and PyTorch sees none "
+                    "here; nothing was created" + hint)
 
 
 def run_script(name: str, main: Any) -> int:

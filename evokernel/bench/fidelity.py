@@ -315,7 +315,7 @@ def do_bench_main(spec_path: str, out_path: str) -> int:
     import torch
 
     from evokernel.build.builder import device_arch
-    from evokernel.timing.interleaved import L2Flusher
+    from evokernel.timing.clocks import L2Flusher
     spec = json.loads(Path(spec_path).read_text())
     out: dict[str, Any] = {"versions": {"torch": torch.__version__}, "problems": {}}
 

@@ -16,7 +16,8 @@ from loguru import logger
 
 from evokernel.config import (KNOWN_DISTRIBUTIONS, EvalConfig, GateConfig, LLMConfig, RunConfig,
                               SearchConfig)
-from evokernel.errors import ConfigError, NoGPUError
+from evokernel.engine import factory
+from evokernel.errors import ConfigError
 
 GATE, SEARCH, EVAL, RUN = GateConfig(), SearchConfig(), EvalConfig(), RunConfig()
 
@@ -169,9 +170,7 @@ def require_gpu(args: argparse.Namespace | None = None) -> None:
     name a Dask scheduler (whose workers hold the GPUs)."""
     if args is not None and getattr(args, "dask_scheduler", None):
         return
-    import torch
-    if not torch.cuda.is_available():
-        raise NoGPUError(NO_GPU_HELP)
+    factory.require_gpu(NO_GPU_HELP)
 
 
 def configure_logging(verbose: bool, sink: Any = None) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evokernel.config import EvalConfig
+from evokernel.errors import NoGPUError
 from evokernel.engine import evaluator as local
 from evokernel.engine.evaluator import Evaluator
 from evokernel.problem import Problem
@@ -43,3 +44,11 @@ def make_evaluator(problem: Problem, config: EvalConfig, *, devices: Sequence[in
         return DaskEvaluator(problem, config, scheduler=None if dask is True else dask,
                              **options)
     return local.CudaEvaluator(problem, config, **options)
+
+
+def require_gpu(message: str) -> None:
+    """Raises NoGPUError(``message``) when PyTorch sees no CUDA GPU, for callers that check
+    before creating anything (torch is imported here, lazily)."""
+    import torch
+    if not torch.cuda.is_available():
+        raise NoGPUError(message)

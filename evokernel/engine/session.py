@@ -36,7 +36,7 @@ class Session:
         from evokernel.gate.reference import GateReference
         from evokernel.problem import exec_module
         from evokernel.timing import floor as floor_mod
-        from evokernel.timing.interleaved import L2Flusher
+        from evokernel.timing.clocks import L2Flusher
 
         self.config, self.arch = config, arch
         self.device = torch.device("cuda", 0)

@@ -51,8 +51,8 @@ from evokernel.gate.judge import gate_candidate
 from evokernel.gate.scan import scan_source
 from evokernel.records import EvalResult, KernelTime, Reason, Verdict
 from evokernel.timing.floor import IMPOSSIBLE_MARGIN, impossible
-from evokernel.timing.interleaved import (default_clock, host_quiet, side_stream_suspect,
-                                          time_interleaved)
+from evokernel.timing.clocks import default_clock
+from evokernel.timing.interleaved import host_quiet, side_stream_suspect, time_interleaved
 
 
 

@@ -196,6 +196,34 @@ class _Judge:
             return self.outcome(False, Reason.RESULT_REUSE, "the output is the previous call's "
                                 "output buffer, overwritten in place", where=where, ratios=ratios)
         self.previous = outs
+        bad_output = self._content_problem(gs, outs, where, ratios)
+        if bad_output is not None:
+            return bad_output
+        fp = (tuple(gm.fingerprint(o) for o in outs), gs.fingerprints)
+        for j, (ofp, tfp) in enumerate(self.fingerprints):
+            if ofp == fp[0] and tfp != fp[1]:
+                old = self.ref.sets[j]
+                return self.outcome(False, Reason.CACHED_OUTPUT, "the output equals the output "
+                                    f"for {old.distribution} seed {old.seed} (different inputs)",
+                                    where=where, ratios=ratios)
+        self.fingerprints.append(fp)
+        self.checks.append(check)
+        if index == 0:
+            self.first = tuple(o.detach().clone() for o in outs)
+        if not check.passed:
+            found = self._partial(gs, outs)
+            if found:
+                self.partial[index] = found
+            elif not self.lp_tried:
+                self.lp_tried = True
+                self.lp = self._lower_precision(index, outs)
+        return None
+
+    def _content_problem(self, gs: GateSet, outs: tuple[torch.Tensor, ...], where: tuple[str, int],
+                         ratios: tuple[float | None, float | None]) -> GateOutcome | None:
+        """The checks of an output's content, in this order: never written (all, or partly:
+        the poison pattern), NaN/Inf where the truth is finite, constant where the truth is not.
+        Returns the first failure's outcome, or None."""
         never_written = [unwritten.count_poison(o) for o in outs]
         total = sum(o.numel() for o in outs)
         if sum(never_written) and sum(never_written) == total:
@@ -218,24 +246,6 @@ class _Judge:
                for o, s in zip(outs, gs.stats)):
             return self.outcome(False, Reason.CONSTANT_OUTPUT, "constant output where the truth "
                                 "is not", where=where, ratios=ratios)
-        fp = (tuple(gm.fingerprint(o) for o in outs), gs.fingerprints)
-        for j, (ofp, tfp) in enumerate(self.fingerprints):
-            if ofp == fp[0] and tfp != fp[1]:
-                old = self.ref.sets[j]
-                return self.outcome(False, Reason.CACHED_OUTPUT, "the output equals the output "
-                                    f"for {old.distribution} seed {old.seed} (different inputs)",
-                                    where=where, ratios=ratios)
-        self.fingerprints.append(fp)
-        self.checks.append(check)
-        if index == 0:
-            self.first = tuple(o.detach().clone() for o in outs)
-        if not check.passed:
-            found = self._partial(gs, outs)
-            if found:
-                self.partial[index] = found
-            elif not self.lp_tried:
-                self.lp_tried = True
-                self.lp = self._lower_precision(index, outs)
         return None
 
     def _partial(self, gs: GateSet, outs: tuple[torch.Tensor, ...]) -> str:

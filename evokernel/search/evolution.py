@@ -34,15 +34,17 @@ from deap import base, tools
 from loguru import logger
 
 from evokernel.config import RunConfig
-from evokernel.errors import ConfigError, LLMPending, NoGPUError
+from evokernel.errors import ConfigError
 from evokernel.engine.evaluator import Evaluator
+from evokernel.engine.factory import require_gpu
 from evokernel.operators.base import Crossover, Mutation, RepairOperator, SearchContext
 from evokernel.problem import Problem, load_problem
 from evokernel.records import Candidate, EvalResult, Reason
 from evokernel.runs.store import RunStore
 from evokernel.search.archive import Archive, sel_niches
 from evokernel.search.contexts import GenerationContexts
-from evokernel.search.runstate import (GenerationStats, RunResult, discard_if_empty,
+from evokernel.search.runstate import (GenerationStats, RunResult, batch_round,
+                                       check_credentials, connect_llm, discard_if_empty,
                                        raise_if_every_llm_call_failed, saved_state)
 from evokernel.search.toolbox import (Individual, KernelEvaluation, OperatorChoice,
                                       SpeedupFitness, batch_map, logbook_record, new_logbook,
@@ -52,6 +54,11 @@ from evokernel.search.variation import (Plan, migrate_ring, number_calls, plan_i
 
 __all__ = ["Evolution", "GenerationStats", "Individual", "REPAIRABLE", "RunResult",
            "SpeedupFitness"]
+
+NO_DEFAULT_GPU = ("Evolution's default evaluator (CudaEvaluator) needs a CUDA GPU, and PyTorch "
+                  "sees none here; nothing was created. Pass evaluator=... to run without one "
+                  "(evokernel.demo.fake_evaluator.FakeEvaluator is a demonstration: its numbers "
+                  "are not measurements)")
 
 #: Rejections worth one LLM repair attempt (not hangs, crashes or cheats).
 REPAIRABLE = frozenset({
@@ -147,14 +154,9 @@ class Evolution:
         run_dir = Path(cfg.run_dir or f"runs/{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         sends = self.llm_batch is None or self.llm_batch.submit   # batch export: nothing sent
         if self.llm is None and cfg.llm.model is not None and not resume and sends:
-            from evokernel.llm.client import LLMClient
-            missing = LLMClient(cfg.llm).missing_credentials()
-            if missing:
-                raise ConfigError(f"{cfg.llm.model}: set {', '.join(missing)} (litellm reads the "
-                                  "provider's key from the environment), or pass --api-base for "
-                                  "a local server")
+            check_credentials(cfg)
         if self.evaluator is None and not isinstance(self.dask, str):
-            require_gpu()                         # before any folder is made
+            require_gpu(NO_DEFAULT_GPU)           # before any folder is made
         created = not run_dir.exists()
         if resume:
             store = RunStore(run_dir)
@@ -164,12 +166,7 @@ class Evolution:
         self._store = store
         self._search = cfg.search        # a resumed run goes on with the config it started with
         self._by_compile = cfg.evaluation.baseline == "compile"
-        if self.llm is None and cfg.llm.model is not None:
-            from evokernel.llm.client import LLMClient
-            self.llm = LLMClient(cfg.llm, cache_path=run_dir / "llm_cache.sqlite",
-                                 on_usage=store.record_llm_call, spent=store.llm_usage())
-        elif self.llm is not None and getattr(self.llm, "on_usage", False) is None:
-            self.llm.on_usage = store.record_llm_call   # a client passed in: record its calls
+        self.llm = connect_llm(self.llm, cfg, store, run_dir)
         if self.llm_batch is not None and self.llm is not None:
             self.llm_batch.attach(self.llm)
         owns_evaluator = self.evaluator is None
@@ -218,7 +215,8 @@ class Evolution:
                         if c.id in self._results])
             logger.info("resuming {} after generation {}", run_dir, last["generation"])
         else:
-            first = self._batch_round(lambda: self._initial(problem), 0, rng)
+            first = batch_round(lambda: self._initial(problem), 0, rng, self.llm_batch, store,
+                                self.llm)
             if first is None:
                 return RunResult(run_dir=run_dir, generations=history, hall_of_fame=[],
                                  stopped="llm_batch", best_path=None, logbook=self._logbook)
@@ -233,7 +231,8 @@ class Evolution:
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)
                 break
-            offspring = self._batch_round(lambda: self._offspring(gen, islands, rng), gen, rng)
+            offspring = batch_round(lambda: self._offspring(gen, islands, rng), gen, rng,
+                                    self.llm_batch, store, self.llm)
             if offspring is None:
                 stopped = "llm_batch"
                 break
@@ -246,34 +245,6 @@ class Evolution:
                 if self._results[i.candidate.id].accepted]
         return RunResult(run_dir=run_dir, generations=history, hall_of_fame=fame,
                          stopped=stopped, best_path=best_path, logbook=self._logbook)
-
-    # -- the batch LLM mode (--llm-batch) --------------------------------------------------------
-    def _batch_round(self, calls: Callable[[], Any], gen: int, rng: random.Random) -> Any:
-        """``calls()`` (a round of operator calls, then its evaluation) with the batch mode's
-        requests handled. Without the batch mode, or with every reply in the cache: its result.
-        Pending and submitted (``--llm-batch-submit``): the round is made again from the
-        cache, with the run's RNG as it was, so that it plans the same calls. Pending and
-        written out: None, before anything of the round was evaluated; its RNG state is not
-        saved, so --resume plans the same calls again and finds the replies in the reply cache
-        once `evokernel llm import` has filled it."""
-        state = rng.getstate()
-        while True:
-            try:
-                return calls()
-            except LLMPending as e:
-                if self.llm_batch is None:    # a client of its own wrote the requests out
-                    logger.warning("generation {}: {}; the run stops here", gen, e)
-                    return None
-                try:
-                    again = self.llm_batch.flush(self._store, gen, self.llm)
-                except LLMPending as written:
-                    logger.warning("generation {}: {}; the run stops here (resume it after the "
-                                   "batch replies are imported)", gen, written)
-                    return None
-                if not again:
-                    logger.warning("generation {}: {} and nothing was written out", gen, e)
-                    return None
-                rng.setstate(state)
 
     # -- pieces -------------------------------------------------------------------------------
     def _fitness_of(self, result: EvalResult) -> float:
@@ -437,13 +408,3 @@ class Evolution:
         if self.on_generation is not None:
             self.on_generation(stats)
         return stats
-
-
-def require_gpu() -> None:
-    """Raises NoGPUError when the default evaluator (CudaEvaluator) would find no GPU."""
-    import torch
-    if not torch.cuda.is_available():
-        raise NoGPUError("Evolution's default evaluator (CudaEvaluator) needs a CUDA GPU, and "
-                         "PyTorch sees none here; nothing was created. Pass evaluator=... to run "
-                         "without one (evokernel.demo.fake_evaluator.FakeEvaluator is a "
-                         "demonstration: its numbers are not measurements)")

@@ -1,17 +1,20 @@
 """What a search gives back, and what it keeps to resume: the per-generation summary, the run's
-result, the RNG state and island populations saved with each generation, and the clean-up of a
-run that failed before its first verdict."""
+result, the RNG state and island populations saved with each generation, the clean-up of a
+run that failed before its first verdict, the run's LLM client set up against its store, and a
+round of calls in the batch LLM mode."""
 from __future__ import annotations
 
+import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from deap import tools
 from loguru import logger
 
-from evokernel.errors import LLMError
+from evokernel.config import RunConfig
+from evokernel.errors import ConfigError, LLMError, LLMPending
 from evokernel.records import Candidate, EvalResult
 from evokernel.runs.store import RunStore
 from evokernel.search.toolbox import new_logbook
@@ -98,3 +101,61 @@ def raise_if_every_llm_call_failed(llm: Any, before: dict[str, Any], gen: int) -
         raise LLMError(f"generation {gen}: all {failed} LLM calls failed; last error: "
                        f"{getattr(llm, 'last_error', None) or 'unknown'}. Fix the model "
                        "or key, then continue with `evokernel run --resume RUN_DIR`")
+
+
+def check_credentials(cfg: RunConfig) -> None:
+    """Fail before any folder is made when the configured model's provider key is missing.
+
+    Raises: ConfigError naming the model and the environment variables litellm reads.
+    """
+    from evokernel.llm.client import LLMClient
+    missing = LLMClient(cfg.llm).missing_credentials()
+    if missing:
+        raise ConfigError(f"{cfg.llm.model}: set {', '.join(missing)} (litellm reads the "
+                          "provider's key from the environment), or pass --api-base for a "
+                          "local server")
+
+
+def connect_llm(llm: Any, cfg: RunConfig, store: RunStore, run_dir: Path) -> Any:
+    """The run's LLM client: ``llm`` when one was passed in (its calls then recorded in
+    ``store`` unless it records them elsewhere), else a new LLMClient for ``cfg.llm.model``
+    with the run's reply cache (``run_dir/llm_cache.sqlite``) and the spend so far, else None
+    (no model configured)."""
+    if llm is None and cfg.llm.model is not None:
+        from evokernel.llm.client import LLMClient
+        return LLMClient(cfg.llm, cache_path=run_dir / "llm_cache.sqlite",
+                         on_usage=store.record_llm_call, spent=store.llm_usage())
+    if llm is not None and getattr(llm, "on_usage", False) is None:
+        llm.on_usage = store.record_llm_call
+    return llm
+
+
+def batch_round(calls: Callable[[], Any], gen: int, rng: random.Random, batch: Any,
+                store: RunStore, llm: Any) -> Any:
+    """``calls()`` (a round of operator calls, then its evaluation) with the batch LLM mode's
+    requests handled (``batch``: an evokernel.llm.batch_mode.BatchMode, or None).
+
+    Without the batch mode, or with every reply in the cache: its result. Pending and submitted
+    (``--llm-batch-submit``): the round is made again from the cache, with the run's RNG as it
+    was, so that it plans the same calls. Pending and written out: None, before anything of the
+    round was evaluated; its RNG state is not saved, so --resume plans the same calls again and
+    finds the replies in the reply cache once `evokernel llm import` has filled it.
+    """
+    state = rng.getstate()
+    while True:
+        try:
+            return calls()
+        except LLMPending as e:
+            if batch is None:              # a client of its own wrote the requests out
+                logger.warning("generation {}: {}; the run stops here", gen, e)
+                return None
+            try:
+                again = batch.flush(store, gen, llm)
+            except LLMPending as written:
+                logger.warning("generation {}: {}; the run stops here (resume it after the "
+                               "batch replies are imported)", gen, written)
+                return None
+            if not again:
+                logger.warning("generation {}: {} and nothing was written out", gen, e)
+                return None
+            rng.setstate(state)

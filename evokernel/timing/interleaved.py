@@ -23,30 +23,24 @@ host time (an empty call reads ~0.006 ms on an H200, the layernorm seed +26 us, 
 from do_bench's by up to 6.6% on an H200 (results/h200-2026-11-30-s3), and why the spin is the
 default.
 
-Timer functions (``time.perf_counter``, ``torch.cuda.synchronize``) are bound when this module is
-imported, so a candidate that monkey-patches torch's or time's later does not change these
-timings. Patching this module's own names would; the GPU worker's evokernel.engine.tamper snapshot of
-evokernel's modules catches and undoes that after each candidate.
+The clocks (CUDA events with the whole-device time, the host clock, the L2 flush) are in
+evokernel.timing.clocks, which binds the timer functions at import.
 """
 from __future__ import annotations
 
 import gc
 import math
 import statistics
-import time
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 from loguru import logger
 
-from evokernel.timing import spin as device_spin
-from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
+from evokernel.config import TimingConfig
+from evokernel.timing.clocks import Clock, L2Flusher, default_clock
 
-_perf_counter = time.perf_counter
-_cuda_synchronize = torch.cuda.synchronize
-_CudaEvent = torch.cuda.Event
 
 #: side_stream_suspect's rule: host median > FACTOR x event median + SLACK_MS.
 SIDE_STREAM_FACTOR = 1.2
@@ -231,129 +225,6 @@ def host_quiet(*calibrations: TimingStats) -> bool:
     makes the comparison safe then; the traced call decides alone."""
     return all(upper_quartile(c.excess_ms) - lower_quartile(c.excess_ms) <= QUIET_SPREAD_MS
                for c in calibrations)
-
-
-def _cuda_device(device: torch.device | int | str | None) -> torch.device:
-    """A CUDA device with its index filled in (None or 'cuda' -> the current device)."""
-    dev = torch.device("cuda") if device is None else torch.device(device)
-    if dev.type != "cuda":
-        raise ValueError(f"not a CUDA device: {device}")
-    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
-
-
-class L2Flusher:
-    """A buffer of 2x the device's L2 size; :meth:`flush` writes all of it (``zero_()``), so
-    the next trial finds no useful data in L2 (and L2 full of dirty lines, so writes also pay
-    the write-back). Sizes come from ``torch.cuda.get_device_properties(device).L2_cache_size``
-    (H200: 60 MB, buffer 120 MB, ~30 us to flush at 4.3 TB/s).
-    Raises: ValueError if ``device`` is not CUDA; RuntimeError (torch's) if the device cannot
-    be used or allocation fails.
-    """
-
-    def __init__(self, device: torch.device | int | str | None = None) -> None:
-        self.device = _cuda_device(device)
-        l2_bytes = int(getattr(torch.cuda.get_device_properties(self.device),
-                               "L2_cache_size", 0))
-        if l2_bytes <= 0:
-            l2_bytes = 128 * 2**20
-            logger.warning("no L2 size reported for {}; flushing 2 x 128 MiB", self.device)
-        self.nbytes = 2 * l2_bytes
-        self._buffer = torch.empty(self.nbytes // 4, dtype=torch.int32, device=self.device)
-
-    def flush(self) -> None:
-        """Write the whole buffer on the current stream (asynchronous)."""
-        self._buffer.zero_()
-
-
-class Clock(Protocol):
-    """What :func:`time_interleaved` needs from a timer; swap in a fake to test on the CPU."""
-
-    def now_s(self) -> float:
-        """Monotonic wall time in seconds (for the warm-up and max_time_s budgets)."""
-
-    def run(self, call: Callable[[], object]) -> None:
-        """Call once and wait until the device has finished (warm-up)."""
-
-    def trial(self, call: Callable[[], object]) -> tuple[float, float]:
-        """One timed trial of ``call``: (event_ms, host_ms)."""
-
-
-class CudaClock:
-    """CUDA events plus a whole-device time (the spin's GPU clock, or host ``perf_counter``
-    when ``hide_host_ms`` is 0), with an L2 flush and device-wide synchronizes around every
-    trial (see the module docstring). Exceptions from the call or from the
-    synchronize (a kernel fault) propagate. Pass ``flusher`` to reuse one L2Flusher (and its
-    buffer) across calls; it must be on ``device``."""
-
-    def __init__(self, device: torch.device | int | str | None = None,
-                 flusher: L2Flusher | None = None,
-                 hide_host_ms: float = DEFAULT_HIDE_HOST_MS) -> None:
-        self.flusher = flusher if flusher is not None else L2Flusher(device)
-        self.device = self.flusher.device
-        if device is not None and _cuda_device(device) != self.device:
-            raise ValueError(f"flusher is on {self.device}, not {device}")
-        self.spin = None
-        if hide_host_ms > 0:
-            self.spin = device_spin.DeviceSpin.get(self.device, hide_host_ms)
-        with torch.cuda.device(self.device):
-            self._start = _CudaEvent(enable_timing=True)
-            self._end = _CudaEvent(enable_timing=True)
-            self._done = _CudaEvent(enable_timing=True)
-
-    def now_s(self) -> float:
-        return _perf_counter()
-
-    def run(self, call: Callable[[], object]) -> None:
-        with torch.cuda.device(self.device):
-            call()
-            _cuda_synchronize(self.device)
-
-    def trial(self, call: Callable[[], object]) -> tuple[float, float]:
-        with torch.cuda.device(self.device):     # entered and left outside the timed interval
-            self.flusher.flush()
-            if self.spin is not None:
-                event_ms, done_ms, offset_ms = device_spin.spin_trial(
-                    self.spin, self._start, self._end, self._done,
-                    lambda: _cuda_synchronize(self.device), call)
-                return event_ms, self.spin.whole_device_ms(done_ms, offset_ms)
-            _cuda_synchronize(self.device)
-            t0 = _perf_counter()
-            self._start.record()
-            call()
-            self._end.record()
-            _cuda_synchronize(self.device)
-            t1 = _perf_counter()
-            return float(self._start.elapsed_time(self._end)), (t1 - t0) * 1e3
-
-
-class HostClock:
-    """Host-only clock for CPU functions: event_ms = host_ms = perf_counter interval. No flush."""
-
-    def now_s(self) -> float:
-        return _perf_counter()
-
-    def run(self, call: Callable[[], object]) -> None:
-        call()
-
-    def trial(self, call: Callable[[], object]) -> tuple[float, float]:
-        t0 = _perf_counter()
-        call()
-        ms = (_perf_counter() - t0) * 1e3
-        return ms, ms
-
-
-def default_clock(device: torch.device | int | str | None = None,
-                  flusher: L2Flusher | None = None,
-                  hide_host_ms: float = DEFAULT_HIDE_HOST_MS) -> Clock:
-    """CudaClock on a CUDA device (the flusher's, else the current one if ``device`` is None
-    and CUDA is available), HostClock otherwise (which ignores ``hide_host_ms``)."""
-    if device is None:
-        if flusher is not None:
-            return CudaClock(flusher=flusher, hide_host_ms=hide_host_ms)
-        return CudaClock(hide_host_ms=hide_host_ms) if torch.cuda.is_available() else HostClock()
-    if torch.device(device).type == "cuda":
-        return CudaClock(device, flusher, hide_host_ms)
-    return HostClock()
 
 
 def warm_up(fn: Callable[[int], object], warmup_ms: float, clock: Clock) -> int:

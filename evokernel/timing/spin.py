@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import torch
 
-#: Bound at import (evokernel.timing.interleaved imports this module, before any candidate module runs), so
+#: Bound at import (evokernel.timing.clocks imports this module, before any candidate module runs), so
 #: that replacing ``torch.cuda._compile_kernel`` later changes nothing (None where this torch has
 #: no NVRTC wrapper). The launch path (``torch.cuda._utils._CudaKernel.__call__``) and the
 #: stream waits are watched by evokernel.engine.tamper instead.

@@ -72,8 +72,8 @@ SPIN_ATTACKS = {  # each would let side-stream work pass the check (a review's f
         "side_stream_suspect.__kwdefaults__"),
     "the defaults changed in place": ("t.side_stream_suspect.__kwdefaults__['factor'] = 1e9\n",
                                       "side_stream_suspect.__kwdefaults__"),
-    "the timing loop's synchronize": ("t._cuda_synchronize = lambda d=None: None\n",
-                                      "evokernel.timing.interleaved._cuda_synchronize"),
+    "the timing loop's synchronize": ("c._cuda_synchronize = lambda d=None: None\n",
+                                      "evokernel.timing.clocks._cuda_synchronize"),
     "a builtin shadowed": ("import evokernel.timing.spin as ds\nds.abs = lambda x: 0.0\n",
                            "evokernel.timing.spin (names)"),
     "a method's code": ("DeviceSpin.whole_device_ms.__code__ = (lambda self, a, b: 0.0).__code__\n",
@@ -85,25 +85,26 @@ SPIN_ATTACKS = {  # each would let side-stream work pass the check (a review's f
 def test_changes_to_the_spin_and_the_timing_code_are_caught_and_undone(monkeypatch, attack):
     import torch
 
+    import evokernel.timing.clocks as clocks
     import evokernel.timing.interleaved as timing
     from evokernel.timing.spin import DeviceSpin
     spin = DeviceSpin.__new__(DeviceSpin)           # no GPU: only what the snapshot reads
     spin.blocks, spin.threads, spin.spin_us = 264, 1024, 1000
     spin.baseline_ms, spin.done_gap_ms = 0.003, 0.06
     monkeypatch.setitem(DeviceSpin._made, (torch.device("cuda", 0), 1000), spin)
-    before = (DeviceSpin.get, timing._cuda_synchronize,
+    before = (DeviceSpin.get, clocks._cuda_synchronize,
               dict(timing.side_stream_suspect.__kwdefaults__))
     t = _Tamper(watch_spin=True)
     assert t.check() is None
     code, named = SPIN_ATTACKS[attack]
-    run_as_candidate("import evokernel.timing.interleaved as t\nfrom evokernel.timing.spin import DeviceSpin\n"
-                     + code)
+    run_as_candidate("import evokernel.timing.interleaved as t\nimport evokernel.timing.clocks as c\n"
+                     "from evokernel.timing.spin import DeviceSpin\n" + code)
     reason, detail = t.check()
     assert reason is Reason.TIMER_TAMPERING and named in detail, detail
     assert t.check() is None                          # put back, so the next one is clean
     assert DeviceSpin._made[(torch.device("cuda", 0), 1000)] is spin
     assert spin.whole_device_ms(1.0, 0.003) == pytest.approx(0.94)
-    assert (DeviceSpin.get, timing._cuda_synchronize,
+    assert (DeviceSpin.get, clocks._cuda_synchronize,
             dict(timing.side_stream_suspect.__kwdefaults__)) == before
     assert "abs" not in vars(sys.modules["evokernel.timing.spin"])
 

@@ -10,7 +10,8 @@ from evokernel.config import TimingConfig
 from evokernel.timing.spin import (SPIN_NAME, SPIN_SOURCE, DeviceSpin, spin_launch_shape,
                                    spin_trial)
 from evokernel.errors import ConfigError
-from evokernel.timing.interleaved import (HostClock, TimingStats, host_quiet, median_ci,
+from evokernel.timing.clocks import HostClock
+from evokernel.timing.interleaved import (TimingStats, host_quiet, median_ci,
                                           side_stream_suspect,
                               time_interleaved, warm_up)
 
@@ -390,7 +391,7 @@ def test_spin_kernel_compiles_for_sm90_with_torchs_nvrtc():
 def test_cuda_clock_catches_side_stream_work(hide_host_ms, high_priority):
     """The side stream's work is launched first thing in the call; with high_priority its
     stream outranks the timed one (and ties the spin's)."""
-    from evokernel.timing.interleaved import L2Flusher
+    from evokernel.timing.clocks import L2Flusher
     dev = torch.device("cuda")
     flusher = L2Flusher(dev)
     assert flusher.nbytes == 2 * torch.cuda.get_device_properties(dev).L2_cache_size
@@ -494,7 +495,7 @@ def test_hide_host_ms_hides_the_calls_host_time_and_nothing_else():
 
 @pytest.mark.gpu
 def test_cuda_clock_fault_propagates():
-    from evokernel.timing.interleaved import L2Flusher
+    from evokernel.timing.clocks import L2Flusher
     dev = torch.device("cuda")
 
     def bad(i):
