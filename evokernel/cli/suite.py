@@ -55,6 +55,8 @@ def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config
     placement = dict(placement or {})
     if make_evaluator is None and not one_at_a_time and not placement.get("dask"):
         return check_together(problems, files, config, devices=placement.get("devices"))
+    if make_evaluator is None and placement.get("dask") is True:    # one cluster for all
+        return _on_one_local_cluster(problems, files, config, placement)
     if make_evaluator is None:
         from evokernel.engine import factory
 
@@ -81,6 +83,26 @@ def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config
         finally:
             evaluator.close()
     return rows
+
+
+def _on_one_local_cluster(problems: Sequence[Problem], files: dict[str, Path | None],
+                          config: EvalConfig, placement: dict[str, Any]) -> list[SuiteRow]:
+    """check_all over ``--dask`` on this host: one local Dask cluster for every problem (not
+    one per problem), its GPU workers keeping each problem's set-up apart."""
+    from evokernel.cluster import connect
+    from evokernel.engine.factory import require_gpu
+    require_gpu("suite --dask: no CUDA GPU here; pass --dask-scheduler ADDRESS")
+    devices = placement.get("devices")
+    if devices is None:
+        import torch
+        devices = list(range(torch.cuda.device_count()))
+    cluster = connect.local_cluster(devices, config.build_workers
+                                    or connect.default_build_workers())
+    try:
+        return check_all(problems, files, config, one_at_a_time=True,
+                         placement={"dask": cluster.scheduler_address})
+    finally:
+        cluster.close()
 
 
 def check_together(problems: Sequence[Problem], files: dict[str, Path | None],

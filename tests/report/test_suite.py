@@ -201,6 +201,38 @@ def test_check_all_by_default_evaluates_the_set_together(monkeypatch):
     assert rows[0].speedup == 2.0
 
 
+def test_check_all_on_dask_starts_one_local_cluster_for_all(monkeypatch):
+    """suite --dask: one local cluster for the whole set, every problem's evaluator on it."""
+    pytest.importorskip("distributed", reason="needs the 'dask' extra")
+    from evokernel.cluster import connect
+    from evokernel.engine import factory
+    problems = suite_problems(["softmax", "matmul"])
+    files = candidate_files(problems, None)
+    started, asked = [], []
+
+    class Cluster:
+        scheduler_address = "tcp://127.0.0.1:1"
+
+        def close(self):
+            started.append("closed")
+
+    def local_cluster(devices, build_workers):
+        started.append(devices)
+        return Cluster()
+
+    def make(problem, config, **kw):
+        asked.append((problem.name, kw))
+        return StandIn(problem, config, accept=True)
+    monkeypatch.setattr(connect, "local_cluster", local_cluster)
+    monkeypatch.setattr(factory, "require_gpu", lambda message: None)
+    monkeypatch.setattr(factory, "make_evaluator", make)
+    rows = check_all(problems, files, EvalConfig(), placement={"dask": True, "devices": [0, 1]})
+    assert started == [[0, 1], "closed"]
+    assert asked == [("softmax", {"dask": "tcp://127.0.0.1:1"}),
+                     ("matmul", {"dask": "tcp://127.0.0.1:1"})]
+    assert [r.correct for r in rows] == [True, True]
+
+
 def test_search_all_scores_each_best(tmp_path):
     from tests.support.runstores import build_crossover_run
     problems = [load_problem("softmax"), load_problem("matmul")]
