@@ -101,17 +101,30 @@ def test_same_results_as_the_local_engine(tmp_path, monkeypatch):
                if r.reason not in (Reason.NO_CODE, Reason.BUILD_ERROR))
 
 
-def test_a_dask_worker_killed_mid_candidate_is_replaced_and_nothing_else_lost(tmp_path):
+def worker_keys(client) -> dict:
+    """Each Dask worker's view of the driver's credential (None: dropped)."""
+    import os
+    return client.run(lambda: os.environ.get("OPENAI_API_KEY"))
+
+
+def test_a_dask_worker_killed_mid_candidate_is_replaced_and_nothing_else_lost(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-driver-only")   # inherited by the workers...
     cands = [cand("ok", 1), cand("kill-host"), cand("ok", 2), cand("ok", 3)]
     seen = []
     ev = dask_evaluator(tmp_path)
     try:
         before = clusters.gpu_workers(ev.client)
+        keys_before = worker_keys(ev.client)
         got = ev.evaluate(cands, on_result=seen.append)
         after = clusters.gpu_workers(ev.client)
+        keys_after = worker_keys(ev.client)
         again = ev.evaluate([cand("ok", 4)])
     finally:
         ev.close()
+    # ...and dropped by the worker plugin, on the replacement worker too
+    assert len(keys_before) == 2 and set(keys_before.values()) == {None}
+    assert after[0] in keys_after and set(keys_after.values()) == {None}
     assert [r.reason for r in got] == [Reason.OK, Reason.WORKER_CRASH, Reason.OK, Reason.OK]
     assert "Dask GPU worker" in got[1].detail and before[0] in got[1].detail
     assert len(after) == 1 and after != before          # its Nanny started a new one
