@@ -8,8 +8,8 @@ engine, in the same run (issue 16's "must show" on the one-GPU H200):
 
     python scripts/dask_vs_local.py [--phases gate,cold] [--out DIR] [--build-workers 8]
 
-Writes DIR/dask_vs_local.json and .md (default results/dask-vs-local-<date>); exit status 0
-when both checks that ran passed. Needs the 'dask' extra and a CUDA GPU.
+Writes DIR/dask_vs_local.json and .md (default results/dask-vs-local-<date>), keeping the other
+phase's result from an earlier call into DIR; exit status 0 when the checks that ran passed. Needs the 'dask' extra and a CUDA GPU.
 """
 import argparse
 import dataclasses
@@ -112,6 +112,9 @@ def main(argv=None) -> int:
     out = args.out or ROOT / "results" / f"dask-vs-local-{today}"
     out.mkdir(parents=True, exist_ok=True)
     rep = {"date": today}
+    earlier = out / "dask_vs_local.json"
+    if earlier.is_file():             # the other half, from an earlier call into the same folder
+        rep.update({k: v for k, v in json.loads(earlier.read_text()).items() if k != "date"})
     cluster = local_cluster([0], args.build_workers)
     try:
         if "gate" in phases:
