@@ -44,19 +44,20 @@ def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config
 
     Args:
         make_evaluator: an evaluator per problem (tests pass fakes); given, or with
-            ``one_at_a_time``, or with a Dask ``placement``, problems go one after another.
-            Otherwise every candidate is built up front and the GPUs take problems from one
-            queue (evokernel.engine.problem_set.evaluate_problem_set).
+            ``one_at_a_time``, problems go one after another. Otherwise every candidate is
+            built up front and the GPUs take problems from one queue
+            (evokernel.engine.problem_set; with a Dask ``placement``, evokernel.cluster's).
         placement: make_evaluator's ``devices`` and ``dask`` (evokernel.cli.options).
     Returns: one row per problem, in order.
     Raises:
         NoGPUError: no CUDA GPU (from the evaluator).
     """
     placement = dict(placement or {})
-    if make_evaluator is None and not one_at_a_time and not placement.get("dask"):
-        return check_together(problems, files, config, devices=placement.get("devices"))
     if make_evaluator is None and placement.get("dask") is True:    # one cluster for all
-        return _on_one_local_cluster(problems, files, config, placement)
+        return _on_one_local_cluster(problems, files, config, placement, one_at_a_time)
+    if make_evaluator is None and not one_at_a_time:
+        return check_together(problems, files, config, devices=placement.get("devices"),
+                              dask=placement.get("dask"))
     if make_evaluator is None:
         from evokernel.engine import factory
 
@@ -86,7 +87,8 @@ def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config
 
 
 def _on_one_local_cluster(problems: Sequence[Problem], files: dict[str, Path | None],
-                          config: EvalConfig, placement: dict[str, Any]) -> list[SuiteRow]:
+                          config: EvalConfig, placement: dict[str, Any],
+                          one_at_a_time: bool) -> list[SuiteRow]:
     """check_all over ``--dask`` on this host: one local Dask cluster for every problem (not
     one per problem), its GPU workers keeping each problem's set-up apart."""
     from evokernel.cluster import connect
@@ -99,17 +101,19 @@ def _on_one_local_cluster(problems: Sequence[Problem], files: dict[str, Path | N
     cluster = connect.local_cluster(devices, config.build_workers
                                     or connect.default_build_workers())
     try:
-        return check_all(problems, files, config, one_at_a_time=True,
+        return check_all(problems, files, config, one_at_a_time=one_at_a_time,
                          placement={"dask": cluster.scheduler_address})
     finally:
         cluster.close()
 
 
 def check_together(problems: Sequence[Problem], files: dict[str, Path | None],
-                   config: EvalConfig, devices: Sequence[int] | None = None) -> list[SuiteRow]:
+                   config: EvalConfig, devices: Sequence[int] | None = None,
+                   dask: str | None = None) -> list[SuiteRow]:
     """check_all's default: every candidate built up front, GPU workers kept busy across
-    problems (evokernel.engine.problem_set). Returns: one row per problem, in order.
-    Raises: NoGPUError without a CUDA GPU."""
+    problems (evokernel.engine.problem_set, or on the Dask cluster at the address ``dask``:
+    evokernel.cluster.problem_set). Returns: one row per problem, in order.
+    Raises: NoGPUError without a CUDA GPU; ClusterError when the scheduler is gone."""
     from evokernel.engine.problem_set import ProblemJob, evaluate_problem_set
     rows: list[SuiteRow | None] = [None] * len(problems)
     jobs, where = [], []
@@ -122,7 +126,12 @@ def check_together(problems: Sequence[Problem], files: dict[str, Path | None],
                                              operator="check"),)))
         where.append((i, f))
     logger.info("suite: {} problems, their candidates built up front", len(jobs))
-    for (i, f), o in zip(where, evaluate_problem_set(jobs, config, devices=devices)):
+    if dask:
+        from evokernel.cluster.problem_set import evaluate_problem_set_on_dask
+        outcomes = evaluate_problem_set_on_dask(jobs, config, dask)
+    else:
+        outcomes = evaluate_problem_set(jobs, config, devices=devices)
+    for (i, f), o in zip(where, outcomes):
         rows[i] = (missing_row(o.problem, f"error: {o.error}") if o.error is not None
                    else row_from_result(o.problem, str(f), o.results[0], o.info))
     return [r for r in rows if r is not None]

@@ -54,6 +54,8 @@ class DaskEvaluator:
         entry: the engine worker module the GPU slots start (tests pass a fake one).
         worker_env: extra environment of the engine workers (tests: PYTHONPATH).
         connect_timeout_s: how long to wait for the scheduler and a GPU worker.
+        gpu_workers: only these GPU workers' addresses (a problem set gives each problem one:
+            evokernel.cluster.problem_set); their tasks go elsewhere only if they are gone.
     Raises:
         ConfigError: dask.distributed is not installed (it names the ``dask`` extra).
         ClusterError: no scheduler at the address, or no GPU worker joined in time.
@@ -65,11 +67,13 @@ class DaskEvaluator:
                  devices: Sequence[int | str] | None = None, log_dir: Path | None = None,
                  compile_ms: float | None = None, build_workers: int | None = None,
                  entry: str = "evokernel.engine.worker",
-                 worker_env: dict[str, str] | None = None, connect_timeout_s: float = 60.0):
+                 worker_env: dict[str, str] | None = None, connect_timeout_s: float = 60.0,
+                 gpu_workers: Sequence[str] | None = None):
         clusters.require_distributed()
         from evokernel.cluster import tasks
         self.problem, self.config, self._tasks = problem, config, tasks
         self._cluster = None
+        self.pinned = list(gpu_workers) if gpu_workers else None
         if scheduler is None:
             devices = list(devices) if devices is not None else _local_devices()
             self._cluster = clusters.local_cluster(
@@ -91,6 +95,12 @@ class DaskEvaluator:
         self.client.register_plugin(self._tasks.WorkerSetup())
         wanted = len(devices) if devices is not None and self._cluster is not None else 1
         gpus = self._wait_for_gpus(wanted, timeout_s)
+        if self.pinned is not None:
+            gpus = [a for a in gpus if a in self.pinned]
+            if not gpus:
+                raise ClusterError(f"Dask scheduler {self.address}: none of the GPU workers "
+                                   f"{self.pinned} is there")
+        self.gpus = gpus
         self.options = {"entry": entry, "env": dict(worker_env or {}),
                         "log_dir": str(log_dir) if log_dir else None}
         arch = self._submit_gpu(self._tasks.gpu_arch).result()
@@ -102,7 +112,7 @@ class DaskEvaluator:
                    for a in gpus]
         infos = self.client.gather(futures)
         self.slots = len(gpus)
-        self.build_settings = {"arch": arch, "config": self.setup["config"]["evaluation"]}
+        self.build_settings = build_settings(arch, self.config)
         if self.setup["problem"]["compile_ms"] is None:   # replaced workers reuse the first's
             self.setup["problem"]["compile_ms"] = infos[0].get("compile_ms")
         self.info: dict[str, Any] = {k: v for k, v in infos[0].items() if k != "dask_worker"}
@@ -125,8 +135,10 @@ class DaskEvaluator:
             time.sleep(0.2)
 
     def _submit_gpu(self, func: Callable[..., Any], *args: Any) -> Any:
+        where = {} if getattr(self, "pinned", None) is None else \
+            {"workers": self.pinned, "allow_other_workers": True}
         return self.client.submit(func, *args, resources={clusters.GPU_RESOURCE: 1},
-                                  pure=False, key=f"{func.__name__}-{uuid.uuid4().hex}")
+                                  pure=False, key=f"{func.__name__}-{uuid.uuid4().hex}", **where)
 
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, candidates: Sequence[Candidate], on_result: OnResult | None = None,
@@ -159,10 +171,7 @@ class DaskEvaluator:
             if rejected is not None:
                 done(rejected)
                 continue
-            fut = self.client.submit(self._tasks.build_candidate, cand.to_dict(),
-                                     self.build_settings, pure=False,
-                                     resources={clusters.BUILD_RESOURCE: 1},
-                                     key=f"build-{cand.id}-{uuid.uuid4().hex[:8]}")
+            fut = submit_build(self.client, cand, self.build_settings)
             meta[fut.key] = ("build", cand, None)
             flow.add(fut)
             emit("build_started", cand.id)
@@ -244,7 +253,8 @@ class DaskEvaluator:
         setup = getattr(self, "setup", None)
         if client is not None and setup is not None and str(client.status) == "running":
             try:
-                gpus = clusters.gpu_workers(client)
+                gpus = [a for a in clusters.gpu_workers(client)
+                        if self.pinned is None or a in self.pinned]
                 client.gather([client.submit(self._tasks.close_gpu, setup, workers=[a],
                                              pure=False,
                                              allow_other_workers=False,
@@ -257,6 +267,26 @@ class DaskEvaluator:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+
+
+def build_settings(arch: str, config: EvalConfig) -> dict[str, Any]:
+    """What a build task is told besides its candidate: the arch ("9.0") and the evaluation
+    config as a dict (its cache folder, timeouts, containment)."""
+    from evokernel.config import RunConfig
+    return {"arch": arch, "config": RunConfig(evaluation=config).to_dict()["evaluation"]}
+
+
+def submit_build(client: Any, cand: Candidate, settings: dict[str, Any]) -> Any:
+    """The Dask future of building ``cand`` on a build worker. Its key is fixed by the
+    candidate and the settings, so that the same build asked for twice while it runs (a problem
+    set's up-front build, then its evaluator's) is one task, never two builds in one folder."""
+    import hashlib
+    import json
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    from evokernel.cluster import tasks
+    return client.submit(tasks.build_candidate, cand.to_dict(), settings,
+                         resources={clusters.BUILD_RESOURCE: 1},
+                         key=f"build-{cand.id}-{digest}")
 
 
 def _describe(error: BaseException) -> str:

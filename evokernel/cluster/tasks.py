@@ -215,10 +215,12 @@ def _address() -> str:
 
 
 class WorkerSetup(WorkerPlugin):
-    """Registered by the driver on every worker, now and as they join: drops credentials from
-    the Dask worker's own environment (workers started by a LocalCluster inherit the driver's)
-    and makes the process non-dumpable, so that nothing a candidate's process could reach holds
-    a key; on teardown, stops the GPU slot's engine worker."""
+    """Registered by every driver on every worker, now and as they join: drops credentials
+    from the Dask worker's own environment (workers started by a LocalCluster inherit the
+    driver's) and makes the process non-dumpable, so that nothing a candidate's process could
+    reach holds a key. It has no teardown: registering it again (each evaluator does) tears
+    the old one down, and that must not stop another evaluator's engine workers; those exit
+    when their Dask worker does (their pipe closes), or are stopped by their evaluator."""
 
     name = "evokernel-worker-setup"
 
@@ -226,6 +228,3 @@ class WorkerSetup(WorkerPlugin):
         for k in [k for k, v in os.environ.items() if is_secret(k, v)]:
             del os.environ[k]
         protect_environ()
-
-    def teardown(self, worker: Any) -> None:
-        close_gpu()

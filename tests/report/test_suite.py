@@ -226,11 +226,25 @@ def test_check_all_on_dask_starts_one_local_cluster_for_all(monkeypatch):
     monkeypatch.setattr(connect, "local_cluster", local_cluster)
     monkeypatch.setattr(factory, "require_gpu", lambda message: None)
     monkeypatch.setattr(factory, "make_evaluator", make)
-    rows = check_all(problems, files, EvalConfig(), placement={"dask": True, "devices": [0, 1]})
+    rows = check_all(problems, files, EvalConfig(), placement={"dask": True, "devices": [0, 1]},
+                     one_at_a_time=True)
     assert started == [[0, 1], "closed"]
     assert asked == [("softmax", {"dask": "tcp://127.0.0.1:1"}),
                      ("matmul", {"dask": "tcp://127.0.0.1:1"})]
     assert [r.correct for r in rows] == [True, True]
+    from evokernel.cluster import problem_set
+    sets = []
+
+    def on_dask(jobs, config, address):
+        sets.append(([j.problem.name for j in jobs], address))
+        return [problem_set.ProblemOutcome(j.problem.name, [EvalResult(
+            candidate_id=j.candidates[0].id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+            reference_ms=2.0, candidate_ms=1.0)], {}, "tcp://w") for j in jobs]
+    monkeypatch.setattr(problem_set, "evaluate_problem_set_on_dask", on_dask)
+    started.clear()
+    rows = check_all(problems, files, EvalConfig(), placement={"dask": True})  # together
+    assert started[-1] == "closed" and sets == [(["softmax", "matmul"], "tcp://127.0.0.1:1")]
+    assert [r.speedup for r in rows] == [2.0, 2.0]
 
 
 def test_search_all_scores_each_best(tmp_path):
