@@ -38,3 +38,9 @@ class LLMPending(LLMError):
     """Batch mode (``--llm-batch``): the request was written out for a batch API instead of being
     sent, and its reply is not in the reply cache yet. The search stops cleanly before evaluating
     the generation; ``evokernel llm import`` fills the cache and ``--resume`` goes on."""
+
+
+class ClusterError(EvokernelError):
+    """The Dask cluster the evaluation runs on cannot be reached or went away (its scheduler's
+    address named): the run store keeps every verdict that came back, so ``--resume`` goes on
+    once a scheduler is up again (evokernel.cluster)."""

@@ -161,13 +161,14 @@ def passes(f: Fixture, n: int) -> list[Any]:
 
 
 def evaluate(fixtures: list[Fixture], config: Any, out: Path, prebuild: bool = True,
-             repeat: int = 1) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+             repeat: int = 1, dask: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Build all fixtures and set up one worker per problem at the same time (the device's peak
     rates are measured first, alone, so concurrent set-ups cannot skew the floor); then evaluate
     the problems' fixtures one problem after another: ``repeat`` passes over each problem's
     fixtures in turn, every pass a new candidate of each (``passes``).
     Returns (rows, info per problem); each row carries its pass (1, 2, ...). A problem whose
-    worker cannot be set up fails its fixtures (reason "setup_error")."""
+    worker cannot be set up fails its fixtures (reason "setup_error"). ``dask``: evaluate on
+    Dask (make_evaluator's ``dask``: a scheduler address; scripts/dask_vs_local.py)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -198,7 +199,8 @@ def evaluate(fixtures: list[Fixture], config: Any, out: Path, prebuild: bool = T
 
     def set_up(problem_path: Path) -> tuple[Any, float]:
         t0 = time.perf_counter()
-        ev = make_evaluator(load_problem(problem_path), config, log_dir=out / "logs")
+        ev = make_evaluator(load_problem(problem_path), config, log_dir=out / "logs",
+                            dask=dask)
         return ev, time.perf_counter() - t0
 
     t0 = time.perf_counter()

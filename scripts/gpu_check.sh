@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh STAGE[,STAGE...] [RESULTS_DIR]
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
 #           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, gate-report-load,
-#           contention, prebuild-ab, hide-check, all
+#           contention, prebuild-ab, hide-check, dask-vs-local, dask-gate, dask-cold, suite-bench,
+#           all
 #   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
 #          compiles of torch-header CUDA files and one busy loop per core), into
 #          RESULTS_DIR/gate_report_load/
@@ -23,6 +24,14 @@
 #          (tests/gate/test_gpu_gate_fixtures.py, the same run), so run it on its own:
 #          python3 -m pytest -q -m gpu tests/gate/test_gpu_gate_fixtures.py
 #          GATE_ARGS adds flags, e.g. GATE_ARGS="--hide-host-ms 0" (timing.hide_host_ms; default 1)
+#   dask-vs-local: scripts/dask_vs_local.py (the gate fixtures through a one-GPU-worker Dask
+#          cluster and the local engine, then both engines' cold throughput) into
+#          RESULTS_DIR/dask_vs_local/; dask-gate and dask-cold: one half each (the gate half
+#          takes several minutes per engine; prebuild first). Needs dask and distributed (carry
+#          their wheels: ../shared/tools/device-wheels.sh ... dask distributed).
+#   suite-bench: `python -m evokernel.bench --phases suite` (a problem set one at a time,
+#          together, together with warm-ahead; SUITE_ARGS adds flags, e.g.
+#          SUITE_ARGS="--suite-variants 4") into RESULTS_DIR/bench_suite.md/.json
 #   bench: the engine benchmarks (evokernel.bench: throughput cold/warm/sequential, fidelity vs
 #          triton do_bench), sized to what is left of a 10-minute call (CALL_LIMIT, default 590 s,
 #          counted from this script's start); BENCH_ARGS adds flags, e.g.
@@ -155,6 +164,15 @@ for s in ${stage//,/ }; do
                 | grep -v DEBUG | tail -15
               wait "$HOG"; $EK show "$R/run_contended" >"$R/show_contended.txt" 2>&1; tail -30 "$R/show_contended.txt" ;;
     bench) bench ;;
+    dask-vs-local) timeout "$LIMIT" python3 scripts/dask_vs_local.py --out "$R/dask_vs_local" \
+                     2>&1 | tee "$R/dask_vs_local.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -40 ;;
+    dask-gate) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases gate \
+                 --out "$R/dask_vs_local" 2>&1 | tee "$R/dask_gate.txt" | grep -v DEBUG | tail -40 ;;
+    dask-cold) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases cold \
+                 --out "$R/dask_vs_local" 2>&1 | tee "$R/dask_cold.txt" | grep -v DEBUG | tail -20 ;;
+    # shellcheck disable=SC2086
+    suite-bench) timeout "$LIMIT" python3 -m evokernel.bench --phases suite --results-dir "$R" \
+                   ${SUITE_ARGS:-} 2>&1 | tee "$R/bench_suite.txt" | grep -v DEBUG | tail -30 ;;
     hide-check) timeout "$LIMIT" python3 scripts/hide_host_check.py 2>&1 | grep -v DEBUG \
                   | tee "$R/hide_host_check.md" ;;
     validate) python3 scripts/prebuild.py $PREBUILD_FILES \

@@ -17,14 +17,14 @@ SOURCES = {"evokernel": ROOT / "evokernel", "evokernel.operators": ROOT / "opera
 #: before it, never a later one (docs/architecture.md, "Where each stage lives").
 STAGE_ORDER = (
     {"errors", "config", "jsonfile", "records", "precision"},
-    {"problems", "problem", "problem_probe"},
+    {"problems", "problem", "problem_probe", "problem_files"},
     {"sandbox"},
     # nvrtc and build share a layer: nvrtc keys and publishes its cubins with build's cache,
     # and build compiles an NVRTC candidate ahead with nvrtc's compiler.
     {"build", "problem_run", "nvrtc"},
     {"timing"},
     {"gate"},
-    {"engine"},
+    {"engine", "cluster"},
     {"runs"},
     {"llm"},
     {"operators"},

@@ -12,12 +12,17 @@ from loguru import logger
 
 from evokernel.bench.fidelity import do_bench_main
 from evokernel.bench.plan import (DEFAULT_PHASES, DEFAULT_THROUGHPUT, FORM_PHASES, HEADLINE,
-                                  PHASES, BenchPlan, CostModel, engine_build_workers, estimate_wall_s,
+                                  PHASES, BenchPlan, CostModel, engine_build_workers,
+                                  estimate_wall_s,
                                   machine_cores, seed_source, sequential_fit,
                                   throughput_variants)
-from evokernel.bench.run import cuda_deps, run_bench
+from evokernel.bench.run import cuda_deps, run_bench, suite_deps
 from evokernel.config import DEFAULT_HIDE_HOST_MS, MAX_HIDE_HOST_MS
 from evokernel.errors import ConfigError, EvokernelError, NoGPUError
+
+
+#: The multi-problem phase (evokernel.bench.suite), run after the others; not part of "all".
+SUITE_PHASE = "suite"
 
 
 def _split_commas(text: str) -> list[str]:
@@ -26,16 +31,17 @@ def _split_commas(text: str) -> list[str]:
 
 def _phases_arg(text: str) -> tuple[str, ...]:
     parts = tuple(dict.fromkeys(_split_commas(text)))
+    suite = (SUITE_PHASE,) if SUITE_PHASE in parts else ()
     if "all" in parts:
-        return PHASES
+        return PHASES + suite
     if "forms" in parts:                             # both candidate forms, cold and warm
         parts = tuple(p for p in parts if p != "forms") + FORM_PHASES
-    bad = [p for p in parts if p not in PHASES]
+    bad = [p for p in parts if p not in PHASES + (SUITE_PHASE,)]
     if bad or not parts:
         raise argparse.ArgumentTypeError(f"unknown phase(s) {bad or [text]}; choose from "
-                                         f"{', '.join(PHASES)}, forms ({','.join(FORM_PHASES)})"
-                                         " or all")
-    return tuple(p for p in PHASES if p in parts)
+                                         f"{', '.join(PHASES + (SUITE_PHASE,))}, forms "
+                                         f"({','.join(FORM_PHASES)}) or all")
+    return tuple(p for p in PHASES if p in parts) + suite
 
 
 def _throughput_arg(text: str) -> tuple[tuple[str, int], ...]:
@@ -125,6 +131,14 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hide-host-ms", type=_hide_host_arg, default=DEFAULT_HIDE_HOST_MS,
                    help="timing.hide_host_ms, 0-2: hide up to this much host time per call "
                         "behind a GPU spin (0: off)")
+    p.add_argument("--suite-problems", type=_names_arg, default=("problems",),
+                   metavar="PATH,...", help="the suite phase's problems: folders (KernelBench "
+                   "level layout), files or built-in names (default: the built-in problems)")
+    p.add_argument("--suite-kernels", default=None, metavar="DIR|MAP.json",
+                   help="the suite phase's kernels, as `suite --kernels` (default: "
+                        "--suite-variants tune variants of each problem's seed kernel)")
+    p.add_argument("--suite-variants", type=_positive_int, default=1,
+                   help="without --suite-kernels, tune variants per seed kernel (default 1)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and its time estimate, run nothing (no GPU needed)")
     p.add_argument("--cores", type=_positive_int, default=None,
@@ -190,6 +204,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         more variants than a seed kernel has) or a work folder it may not delete; ProblemError
         for an unknown problem. Flags are checked before the GPU.
     """
+    suite_jobs = None
+    if SUITE_PHASE in args.phases:                # checked on the CPU, before the GPU
+        from evokernel.bench.suite import suite_jobs as jobs_of
+        suite_jobs = jobs_of(_builtin_folder(args.suite_problems), args.suite_kernels,
+                             args.suite_variants)
+        args.phases = tuple(p for p in args.phases if p != SUITE_PHASE)
+        if not args.phases:
+            return _suite_only(args, suite_jobs)
     plan = plan_from_args(args)
     if plan.measures_throughput:
         try:                                     # problems and variants, checked on the CPU
@@ -221,7 +243,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
         verdicts += [r["spread_ok"], r["agreement_ok"]]
     if out["faults"] and out["faults"].get("ran"):
         verdicts.append(out["faults"].get("passed"))
+    if suite_jobs is not None:
+        verdicts.append(_suite_only(args, suite_jobs, plan) == 0)
     return 0 if all(v is not False for v in verdicts) else 1
+
+
+def _builtin_folder(specs: tuple[str, ...]) -> list[str]:
+    """"problems" (the default) names the installed built-in problems' folder."""
+    import evokernel.problems as builtin
+    return [str(Path(builtin.__file__).parent) if s == "problems" and not Path(s).is_dir()
+            else s for s in specs]
+
+
+def _suite_only(args: argparse.Namespace, jobs: list[Any], plan: BenchPlan | None = None
+                ) -> int:
+    """The suite phase (evokernel.bench.suite): both modes, bench_suite.json/.md written.
+    Returns 0 when the together mode met its target. Raises: NoGPUError without a GPU."""
+    from evokernel.bench.deps import bench_eval_config
+    from evokernel.bench.report import write_report_files
+    from evokernel.bench.suite import suite_markdown, suite_phase
+    n = sum(len(j.candidates) for j in jobs)
+    if args.dry_run:
+        print(f"evokernel bench: suite phase: {len(jobs)} problems, {n} kernels, checked one "
+              "at a time, together, and together with the next worker warmed ahead, each "
+              "from an empty build cache")
+        return 0
+    deps = suite_deps()                           # NoGPUError before anything is written
+    plan = plan or plan_from_args(argparse.Namespace(**dict(vars(args), phases=("cold",))))
+    report = suite_phase(jobs, bench_eval_config(plan, Path(plan.work_dir)),
+                         Path(plan.work_dir), deps)
+    write_report_files(Path(plan.results_dir), "suite", report, suite_markdown(report))
+    print(suite_markdown(report), flush=True)
+    return 0 if report["target"]["passed"] else 1
 
 
 def _exit_on_sigterm() -> Any:

@@ -199,6 +199,28 @@ def _ensure_peaks(cache_dir: Path, *sources: Path) -> None:
     floor.measure_peaks(torch.device("cuda", 0), cache_dir)
 
 
+def suite_deps() -> Any:
+    """SuiteDeps (evokernel.bench.suite) for this machine's GPUs: the factory's evaluator,
+    evaluate_problem_set, and empty caches with the device's peaks copied in.
+    Raises: NoGPUError when no CUDA GPU is visible."""
+    import time
+
+    import torch
+    if not torch.cuda.is_available():
+        raise NoGPUError(NO_GPU_MESSAGE)
+    from evokernel.bench.suite import SuiteDeps
+    from evokernel.engine.factory import make_evaluator
+    from evokernel.engine.problem_set import evaluate_problem_set
+
+    def prepare(path: Path) -> Path:
+        fresh_dir(path)
+        _ensure_peaks(path)
+        return path
+
+    return SuiteDeps(make_evaluator=make_evaluator, evaluate_set=evaluate_problem_set,
+                     prepare_cache=prepare, now=time.perf_counter)
+
+
 def cuda_deps(plan: BenchPlan) -> BenchDeps:
     """BenchDeps for this machine's GPUs (CudaEvaluator, Builder, a do_bench subprocess).
     Raises: NoGPUError when no CUDA GPU is visible."""

@@ -97,8 +97,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"no kernel file to gate: every file has a fault ({len(kernels)} named above)")
         _write_json(args.json, problem, {}, dict(zip(kernels, sources)), faults, {})
         return 1
-    options.require_gpu()
-    results, info = _evaluate(problem, good, config)
+    options.require_gpu(args)
+    results, info = _evaluate(problem, good, config, options.placement(args))
     print(f"problem:        {problem.name} ({problem.path})\ndevice:         {info.get('device')}"
           f" (torch {info.get('torch')}, CUDA {info.get('cuda')})")
     for k in kernels:
@@ -110,13 +110,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         else 1
 
 
-def _evaluate(problem: Any, files: Sequence[tuple[Path, str]], config: Any
+def _evaluate(problem: Any, files: Sequence[tuple[Path, str]], config: Any,
+              placement: dict[str, Any] | None = None
               ) -> tuple[dict[Path, Any], dict[str, Any]]:
-    """Gate and time each (path, source) on the GPU. Returns: results by path, device info."""
+    """Gate and time each (path, source) on the GPU (``placement``: make_evaluator's
+    ``devices`` and ``dask``). Returns: results by path, device info."""
     from evokernel.engine.factory import make_evaluator
     from evokernel.records import Candidate
     cands = [Candidate(source=src, idea=f"file {k}", operator="check") for k, src in files]
-    evaluator = make_evaluator(problem, config)
+    evaluator = make_evaluator(problem, config, **(placement or {}))
     try:
         results = evaluator.evaluate(cands)
     finally:

@@ -56,6 +56,41 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--require-sandbox", action="store_true",
                    help="refuse to run candidate code unless it is fully contained (another "
                         "user, no network, read-only files; README, Security)")
+    add_placement_arguments(p)
+
+
+def add_placement_arguments(p: argparse.ArgumentParser) -> None:
+    """Where candidates are evaluated: ``--gpus``, ``--dask``, ``--dask-scheduler``. Not part
+    of the saved config (a resumed run may use other GPUs or another cluster)."""
+    p.add_argument("--gpus", type=int, metavar="N",
+                   help="use this host's first N GPUs, one worker each (default: all)")
+    p.add_argument("--dask", action="store_true",
+                   help="evaluate on a Dask cluster started on this host: one GPU worker per "
+                        "GPU, one build worker (needs the 'dask' extra)")
+    p.add_argument("--dask-scheduler", metavar="ADDRESS",
+                   help="evaluate on the Dask cluster whose scheduler is at ADDRESS "
+                        "(tcp://host:8786); its workers advertise GPU=1 or build=N "
+                        "(README, Many GPUs and hosts)")
+
+
+def placement(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of evokernel.engine.factory.make_evaluator for the placement
+    flags: ``devices`` and ``dask``. Raises: ConfigError for --gpus < 1 or --gpus with
+    --dask-scheduler (a remote cluster's workers pick their GPUs)."""
+    gpus, address = getattr(args, "gpus", None), getattr(args, "dask_scheduler", None)
+    out: dict[str, Any] = {}
+    if gpus is not None:
+        if gpus < 1:
+            raise ConfigError(f"--gpus must be >= 1, got {gpus}")
+        if address:
+            raise ConfigError("--gpus is for this host's GPUs; with --dask-scheduler each "
+                              "GPU worker is started on its own GPU")
+        out["devices"] = list(range(gpus))
+    if address:
+        out["dask"] = address
+    elif getattr(args, "dask", False):
+        out["dask"] = True
+    return out
 
 
 def add_search_arguments(p: argparse.ArgumentParser, *, branching: bool = True) -> None:
@@ -136,8 +171,11 @@ def llm_config(args: argparse.Namespace) -> LLMConfig:
                      max_total_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd)
 
 
-def require_gpu() -> None:
-    """Raises: NoGPUError (with NO_GPU_HELP) when PyTorch sees no CUDA GPU."""
+def require_gpu(args: argparse.Namespace | None = None) -> None:
+    """Raises: NoGPUError (with NO_GPU_HELP) when PyTorch sees no CUDA GPU, unless ``args``
+    name a Dask scheduler (whose workers hold the GPUs)."""
+    if args is not None and getattr(args, "dask_scheduler", None):
+        return
     factory.require_gpu(NO_GPU_HELP)
 
 

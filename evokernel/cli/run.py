@@ -55,12 +55,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                            llm=options.llm_config(args))
     from evokernel.cli.llm import batch_mode, stop_message
     llm_batch = batch_mode(args, config.llm.model)
-    options.require_gpu()   # after the arguments and the problem are known to be good
+    options.require_gpu(args)   # after the arguments and the problem are known to be good
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
     result = run_with_progress(problem, config, resume=bool(args.resume),
-                               verbose=args.verbose, llm_batch=llm_batch)
+                               verbose=args.verbose, llm_batch=llm_batch,
+                               placement=options.placement(args))
     print(f"run directory: {result.run_dir}  ({result.stopped})")
     if result.stopped == "llm_batch":
         print(stop_message(result.run_dir, llm_batch))
@@ -75,6 +76,10 @@ def cmd_run(args: argparse.Namespace) -> int:
           + (f", {res.pct_of_floor:.0f}% of floor" if res.pct_of_floor else ""))
     print(f"exported: {result.best_path}")
     return 0
+
+
+#: The placement flags (evokernel.cli.options.add_placement_arguments), allowed with --resume.
+PLACEMENT_FLAGS = ("gpus", "dask", "dask_scheduler")
 
 
 def _resumed(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -107,17 +112,19 @@ def explicit_run_flags(args: argparse.Namespace) -> list[str]:
         add_arguments(parser)
     defaults = vars(parser.parse_args([]))
     from evokernel.cli.llm import RESUME_FLAGS
-    skip = {"resume", "func", "parser", "command", "verbose", *RESUME_FLAGS}
+    # Where it runs is no part of the stored config: a resumed run may move (--dask-scheduler).
+    skip = {"resume", "func", "parser", "command", "verbose", *RESUME_FLAGS, *PLACEMENT_FLAGS}
     return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
             for k, v in vars(args).items() if k in defaults and k not in skip
             and v != defaults[k]]
 
 
 def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool,
-                      llm_batch: Any = None) -> Any:
+                      llm_batch: Any = None, placement: dict[str, Any] | None = None) -> Any:
     """Run one search with the live progress display (plain lines when stdout is not a
     terminal); loguru prints above the display while it is live. ``llm_batch``: the batch LLM
-    mode (evokernel.cli.llm.batch_mode), or None. Returns: the RunResult."""
+    mode (evokernel.cli.llm.batch_mode), or None; ``placement``: make_evaluator's ``devices``
+    and ``dask`` (evokernel.cli.options.placement). Returns: the RunResult."""
     from evokernel.cli.progress import ProgressEvaluator, SearchProgress
     from evokernel.engine.factory import make_evaluator
     from evokernel.search.evolution import Evolution
@@ -137,7 +144,8 @@ def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool,
         max_cost_usd=config.llm.max_cost_usd, baseline=config.evaluation.baseline,
         usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
     evaluator = ProgressEvaluator(
-        lambda: make_evaluator(problem, config.evaluation, compile_ms=compile_ms), progress)
+        lambda: make_evaluator(problem, config.evaluation, compile_ms=compile_ms,
+                               **(placement or {})), progress)
     evo = Evolution(problem, config, evaluator=evaluator,
                     on_generation=progress.generation_done)
     evo.llm_batch = llm_batch            # --llm-batch (evokernel.cli.llm)

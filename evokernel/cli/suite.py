@@ -4,8 +4,12 @@ files without one), as one row per problem and KernelBench's fast_p (evokernel.r
     add_parser(sub)              the `suite` subcommand
     cmd_suite(args)              build the table and write OUTPUT.md / OUTPUT.json
     suite_problems(specs)        the problems named by folders, files or built-in names
-    candidate_files(...)         each problem's candidate file
+    candidate_files(...)         each problem's candidate file (both: evokernel.problem_files)
     check_all(...) / search_all(...)   the rows, checked or searched on the GPU
+
+``check_all`` builds every problem's candidate up front and keeps the GPUs busy across
+problems (evokernel.engine.problem_set); ``--one-at-a-time`` is the old way, one evaluator per
+problem after another (the bench's suite phase measures both).
 
 Problems come from folders (KernelBench's ``level1/...`` layout or ``problems/``), files or
 built-in names. A problem's candidate is, in order: the file named in a JSON mapping
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -26,70 +29,40 @@ from loguru import logger
 from evokernel.cli import options
 from evokernel.config import EvalConfig, RunConfig
 from evokernel.errors import EvokernelError, NoGPUError
-from evokernel.problem import Problem, load_problem, load_problems
+from evokernel.problem import Problem
+from evokernel.problem_files import candidate_files, suite_problems
 from evokernel.records import Candidate
 from evokernel.report.suite import SuiteRow, missing_row, row_from_result
 
 
-def suite_problems(specs: Sequence[str]) -> list[Problem]:
-    """Every problem named by ``specs`` (folders, files or built-in names), in order, once.
-
-    Raises:
-        ProblemError: a malformed or missing problem (every malformed file named).
-    """
-    problems: dict[Path, Problem] = {}
-    for spec in specs:
-        batch = load_problems(spec) if Path(spec).is_dir() else [load_problem(spec)]
-        for p in batch:
-            problems.setdefault(p.path, p)
-    return list(problems.values())
-
-
-def candidate_files(problems: Sequence[Problem], kernels: str | None) -> dict[str, Path | None]:
-    """Each problem's candidate file (None: it has none, not even a seed kernel).
+def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config: EvalConfig,
+              make_evaluator: Callable[[Problem, EvalConfig], Any] | None = None, *,
+              one_at_a_time: bool = False, placement: dict[str, Any] | None = None
+              ) -> list[SuiteRow]:
+    """Gate and time each problem's candidate; each problem gets GPU workers of its own, with
+    its own truths and baselines.
 
     Args:
-        kernels: None (seed kernels), a folder of ``<problem name>.py`` files, or a JSON file
-            mapping problem names to kernel paths (relative paths are from the JSON's folder).
-    Raises:
-        EvokernelError: ``kernels`` names nothing usable.
-    """
-    mapping: dict[str, Path] = {}
-    if kernels is not None:
-        k = Path(kernels)
-        if k.is_file() and k.suffix == ".json":
-            try:
-                mapping = {name: (k.parent / path) for name, path in json.loads(
-                    k.read_text()).items()}
-            except (ValueError, AttributeError) as e:
-                raise EvokernelError(f"{k}: not a JSON object of problem -> kernel file") from e
-        elif not k.is_dir():
-            raise EvokernelError(f"{k}: not a folder of candidates or a JSON mapping")
-    out: dict[str, Path | None] = {}
-    for p in problems:
-        if kernels is None:
-            seed = p.path.parent / "seeds" / p.path.name
-            out[p.name] = seed if p.seed_source is not None and seed.is_file() else None
-        elif mapping:
-            out[p.name] = mapping.get(p.name)
-        else:
-            f = Path(kernels) / f"{p.name}.py"
-            out[p.name] = f if f.is_file() else None
-    return out
-
-
-def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config: EvalConfig,
-              make_evaluator: Callable[[Problem, EvalConfig], Any] | None = None
-              ) -> list[SuiteRow]:
-    """Gate and time each problem's candidate, one problem at a time (each gets fresh GPU
-    workers with its own truths and baselines).
-
+        make_evaluator: an evaluator per problem (tests pass fakes); given, or with
+            ``one_at_a_time``, problems go one after another. Otherwise every candidate is
+            built up front and the GPUs take problems from one queue
+            (evokernel.engine.problem_set; with a Dask ``placement``, evokernel.cluster's).
+        placement: make_evaluator's ``devices`` and ``dask`` (evokernel.cli.options).
+    Returns: one row per problem, in order.
     Raises:
         NoGPUError: no CUDA GPU (from the evaluator).
     """
+    placement = dict(placement or {})
+    if make_evaluator is None and placement.get("dask") is True:    # one cluster for all
+        return _on_one_local_cluster(problems, files, config, placement, one_at_a_time)
+    if make_evaluator is None and not one_at_a_time:
+        return check_together(problems, files, config, devices=placement.get("devices"),
+                              dask=placement.get("dask"))
     if make_evaluator is None:
         from evokernel.engine import factory
-        make_evaluator = factory.make_evaluator
+
+        def make_evaluator(p: Problem, c: EvalConfig) -> Any:
+            return factory.make_evaluator(p, c, **placement)
     rows = []
     for p in problems:
         f = files.get(p.name)
@@ -111,6 +84,57 @@ def check_all(problems: Sequence[Problem], files: dict[str, Path | None], config
         finally:
             evaluator.close()
     return rows
+
+
+def _on_one_local_cluster(problems: Sequence[Problem], files: dict[str, Path | None],
+                          config: EvalConfig, placement: dict[str, Any],
+                          one_at_a_time: bool) -> list[SuiteRow]:
+    """check_all over ``--dask`` on this host: one local Dask cluster for every problem (not
+    one per problem), its GPU workers keeping each problem's set-up apart."""
+    from evokernel.cluster import connect
+    from evokernel.engine.factory import require_gpu
+    require_gpu("suite --dask: no CUDA GPU here; pass --dask-scheduler ADDRESS")
+    devices = placement.get("devices")
+    if devices is None:
+        import torch
+        devices = list(range(torch.cuda.device_count()))
+    cluster = connect.local_cluster(devices, config.build_workers
+                                    or connect.default_build_workers())
+    try:
+        return check_all(problems, files, config, one_at_a_time=one_at_a_time,
+                         placement={"dask": cluster.scheduler_address})
+    finally:
+        cluster.close()
+
+
+def check_together(problems: Sequence[Problem], files: dict[str, Path | None],
+                   config: EvalConfig, devices: Sequence[int] | None = None,
+                   dask: str | None = None) -> list[SuiteRow]:
+    """check_all's default: every candidate built up front, GPU workers kept busy across
+    problems (evokernel.engine.problem_set, or on the Dask cluster at the address ``dask``:
+    evokernel.cluster.problem_set). Returns: one row per problem, in order.
+    Raises: NoGPUError without a CUDA GPU; ClusterError when the scheduler is gone."""
+    from evokernel.engine.problem_set import ProblemJob, evaluate_problem_set
+    rows: list[SuiteRow | None] = [None] * len(problems)
+    jobs, where = [], []
+    for i, p in enumerate(problems):
+        f = files.get(p.name)
+        if f is None or not f.is_file():
+            rows[i] = missing_row(p.name, "no candidate" if f is None else f"no file {f}")
+            continue
+        jobs.append(ProblemJob(p, (Candidate(source=f.read_text(), idea=f"file {f}",
+                                             operator="check"),)))
+        where.append((i, f))
+    logger.info("suite: {} problems, their candidates built up front", len(jobs))
+    if dask:
+        from evokernel.cluster.problem_set import evaluate_problem_set_on_dask
+        outcomes = evaluate_problem_set_on_dask(jobs, config, dask)
+    else:
+        outcomes = evaluate_problem_set(jobs, config, devices=devices)
+    for (i, f), o in zip(where, outcomes):
+        rows[i] = (missing_row(o.problem, f"error: {o.error}") if o.error is not None
+                   else row_from_result(o.problem, str(f), o.results[0], o.info))
+    return [r for r in rows if r is not None]
 
 
 def search_all(problems: Sequence[Problem], config: RunConfig, run_root: Path,
@@ -166,6 +190,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "{problem: file} (none: each problem's seed kernel)")
     su.add_argument("--search", action="store_true",
                     help="run a search per problem instead of checking one candidate")
+    su.add_argument("--one-at-a-time", action="store_true",
+                    help="check problems one after another, each with its own builds and "
+                         "fresh GPU workers (the old way; default: every candidate built up "
+                         "front, GPU workers kept busy across problems)")
     su.add_argument("--from-checks", metavar="DIR", help="no GPU: build the table from the "
                     "check_*.json files in DIR (each file's first kernel)")
     su.add_argument("-o", "--output", default="suite", help=options.with_default(
@@ -211,15 +239,18 @@ def _suite_on_gpu(args: argparse.Namespace) -> list[SuiteRow]:
     if args.search:
         config = RunConfig(search=options.search_config(args),
                            evaluation=options.eval_config(args), llm=options.llm_config(args))
-        options.require_gpu()
+        options.require_gpu(args)
         base = Path(args.output)
         run_root = base.parent / f"{base.stem}_runs"
 
         def run(problem, cfg):
             resume = (Path(cfg.run_dir) / "run.sqlite").exists()
-            return run_with_progress(problem, cfg, resume=resume, verbose=args.verbose)
+            return run_with_progress(problem, cfg, resume=resume, verbose=args.verbose,
+                                     placement=options.placement(args))
         return search_all(problems, config, run_root, run=run)
     files = candidate_files(problems, args.kernels)
     eval_config = options.eval_config(args)
-    options.require_gpu()
-    return check_all(problems, files, eval_config)
+    placement = options.placement(args)
+    options.require_gpu(args)
+    return check_all(problems, files, eval_config, one_at_a_time=args.one_at_a_time,
+                     placement=placement)

@@ -68,6 +68,20 @@ def static_check(cand: Candidate) -> EvalResult | None:
     return None
 
 
+def setup_message(problem: Problem, config: EvalConfig, arch: str,
+                  compile_ms: float | None = None) -> dict[str, Any]:
+    """The set-up message every GPU worker of ``problem`` is sent (evokernel.engine.worker):
+    the problem's source and path, its distributions, a torch.compile baseline to reuse (ms;
+    None: measure one), the evaluation config, and the GPU arch ("9.0" style). JSON-able; the
+    local and the Dask evaluator send the same one."""
+    return {"kind": "setup", "arch": arch,
+            "problem": {"name": problem.name, "path": str(problem.path),
+                        "source": problem.source,
+                        "distributions": list(problem.distributions or ()),
+                        "compile_ms": compile_ms},
+            "config": RunConfig(evaluation=config).to_dict()}
+
+
 class CudaEvaluator:
     """Build, gate and time candidates on this machine's GPUs, in contained build and GPU
     workers (as ``config.sandbox`` says: evokernel.sandbox).
@@ -80,6 +94,7 @@ class CudaEvaluator:
         compile_ms: a torch.compile baseline (ms) to use instead of measuring one: a resumed
             run's (RunStore.compile_baseline_ms), so that all of its candidates are compared with
             one measurement, as a respawned worker's are.
+        entry: the GPU worker module (tests substitute a fake one, as for WorkerHandle).
     Raises:
         NoGPUError: no CUDA GPU is visible.
         SandboxError: ``config.require_sandbox`` and a containment step is not possible here.
@@ -88,7 +103,7 @@ class CudaEvaluator:
 
     def __init__(self, problem: Problem, config: EvalConfig, *,
                  devices: Sequence[int] | None = None, log_dir: Path | None = None,
-                 compile_ms: float | None = None):
+                 compile_ms: float | None = None, entry: str = "evokernel.engine.worker"):
         import torch
 
         from evokernel.build.builder import Builder, device_arch, worker_env
@@ -109,16 +124,12 @@ class CudaEvaluator:
                                timeout_s=config.build_timeout_s, workers=config.build_workers,
                                trim_headers=config.trim_headers, sandbox=self.containment)
         devices = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
-        setup = {"kind": "setup", "arch": self.arch,
-                 "problem": {"name": problem.name, "path": str(problem.path),
-                             "source": problem.source,
-                             "distributions": list(problem.distributions or ()),
-                             "compile_ms": compile_ms},
-                 "config": RunConfig(evaluation=config).to_dict()}
+        setup = setup_message(problem, config, self.arch, compile_ms)
         log_dir = log_dir or config.cache_path / "logs"
         self.workers = [WorkerHandle(setup, env=worker_env(), device_index=d,
                                      log_path=log_dir / f"worker-{problem.name}-gpu{d}.log",
                                      setup_timeout_s=max(900.0, config.eval_timeout_s),
+                                     entry=entry,
                                      sandbox=GpuWorkerJail(self.containment, config.cache_path)
                                      if jailed else None)
                         for d in devices]

@@ -67,14 +67,41 @@ class WorkerHandle:
         self._done = 0
         self._send: Connection | None = None
         self._recv: Connection | None = None
+        self._pending_setup: dict[str, Any] | None = None   # a prepared process's set-up
 
     # -- process life ---------------------------------------------------------------------
+    def prepare(self, warm: bool = False) -> None:
+        """Spawn the worker process now, without its set-up: it loads its modules (torch
+        among them) and waits, so that a later ``start`` costs the set-up alone. Used to get
+        the next problem's worker ready while the current one's candidates are timed
+        (evokernel.engine.problem_set); it opens no CUDA context, so it cannot disturb them.
+        ``warm``: also make its CUDA context and load torch.profiler now (the worker's
+        ``warm_up``: a few tiny kernels beside whatever the GPU is timing)."""
+        self._spawn()
+        if warm and self._send is not None:
+            try:
+                protocol.send(self._send, {"kind": "warm"})
+            except OSError:            # gone already: start() spawns a new one
+                pass
+
     def start(self) -> dict[str, Any]:
-        """Spawn the worker and wait until its reference is ready; returns its info dict.
+        """Spawn the worker (unless ``prepare`` did) and wait until its reference is ready;
+        returns its info dict.
 
         Raises:
             ProblemError: the problem failed to set up (its message holds the worker's error).
         """
+        if self._pending_setup is None or not self.alive():
+            self._spawn()
+        setup, self._pending_setup = self._pending_setup, None
+        assert setup is not None and self._send is not None
+        self.spawns += 1
+        self._done = 0
+        protocol.send(self._send, setup)
+        return self._ready()
+
+    def _spawn(self) -> None:
+        """A fresh worker process (in its jail), its pipes open, its set-up not yet sent."""
         self.kill()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
@@ -91,9 +118,10 @@ class WorkerHandle:
         os.close(from_child_w)
         self._send = Connection(to_child_w, readable=False)
         self._recv = Connection(from_child_r, writable=False)
-        self.spawns += 1
-        self._done = 0
-        protocol.send(self._send, setup)
+        self._pending_setup = setup
+
+    def _ready(self) -> dict[str, Any]:
+        """Wait for the set-up's answer. Raises: ProblemError (see ``start``)."""
         msg = self._wait(self.setup_timeout_s)
         if msg is None or msg.get("kind") != "ready":
             why = (msg or {}).get("error") or self._death_note("during set-up")
@@ -119,6 +147,7 @@ class WorkerHandle:
                 except OSError:
                     pass
         self._send = self._recv = None
+        self._pending_setup = None
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -65,7 +65,9 @@ class Session:
         self.reference_kernels, self.main_kernels = self._profile_reference()
         self.reference_ms = self._time_reference()
         self._expected: dict[tuple[int, bool], list[tuple[Any, ...]]] = {}
-        self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)
+        from evokernel import nvrtc
+        nvrtc.configure(config.cache_path, arch)   # before the snapshot: the Load stage's own
+        self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)   # call changes nothing
         self.info = self._info()
 
     def _set_floors(self, path: str) -> None:

@@ -9,6 +9,8 @@ OUT_FD:
         -> {"kind": "ready", "info": {...device, baselines, floor...}} | {"kind": "setup_error"}
     {"kind": "eval", "candidate": Candidate dict}
         -> {"kind": "result", "result": EvalResult dict, "fatal": bool}
+    {"kind": "warm"}   (optional, before "setup"; no answer)
+        -> the CUDA context made and torch.profiler loaded ahead of the set-up (``warm_up``)
 
 The per-problem state and the stages a candidate goes through live in evokernel.engine.session.
 After a sticky CUDA error (illegal address, misaligned access, ...) it answers with
@@ -29,7 +31,28 @@ from evokernel.engine.session import Session
 from evokernel.records import Candidate
 
 
+def warm_up() -> None:
+    """Pay a fresh process's one-time GPU costs before its problem arrives: the CUDA context
+    and torch.profiler's first use (CUPTI; its first profile took 4.9 s on the H200,
+    results/h200-2026-12-01-s5/call1/probe.txt). It runs a few tiny kernels while another
+    process may be timing candidates on the same GPU, so it is opt-in
+    (WorkerHandle.prepare(warm=True)), until the bench's suite phase shows it leaves their
+    verdicts alone. Errors are ignored: the set-up makes the context again and says why."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        torch.cuda.set_device(0)
+        x = torch.ones(1024, device="cuda")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            (x * 2).sum().item()
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 -- the set-up reports a real problem
+        pass
+
+
 def main(argv: list[str]) -> int:
+    import torch  # noqa: F401 -- loaded before the set-up arrives: a worker started ahead of
+    #               its problem (WorkerHandle.prepare) has it ready; no CUDA context yet
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
     session: Session | None = None
@@ -58,6 +81,8 @@ def main(argv: list[str]) -> int:
             protocol.send(conn_out, {"kind": "result", "result": result.to_dict(), "fatal": fatal})
             if fatal:
                 os._exit(3)  # the CUDA context is gone; never run another candidate here
+        elif kind == "warm" and session is None:
+            warm_up()
         elif kind == "stop":
             return 0
 

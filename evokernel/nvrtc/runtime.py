@@ -57,7 +57,9 @@ def configure(cache_dir: str | os.PathLike | None = None, arch: str | None = Non
     if arch is not None:
         compiler.nvrtc_arch(arch)
     previous = _settings
-    _settings = Settings(Path(cache_dir) if cache_dir is not None else None, arch)
+    wanted = Settings(Path(cache_dir) if cache_dir is not None else None, arch)
+    if wanted != previous:     # unchanged: no new object, so the GPU worker's module snapshot
+        _settings = wanted     # (evokernel.engine.snapshot) sees nothing replaced
     return previous
 
 

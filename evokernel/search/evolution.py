@@ -81,6 +81,9 @@ class Evolution:
             model configured, IdeaMutation + TuneMutation, LLMCrossover, Repair; without one,
             TuneMutation only. They become the toolbox's ``mutate`` and ``mate``.
         evaluator: default CudaEvaluator on every visible GPU.
+        dask: with the default evaluator, evaluate on Dask instead (engine.factory's ``dask``:
+            True for this host's GPUs, or a scheduler address). Not saved in the run's config,
+            so a resumed run may use another cluster.
         llm: default an LLMClient from config.llm when a model is set.
         on_generation: called after every generation with its GenerationStats.
     Attributes:
@@ -99,6 +102,7 @@ class Evolution:
     llm: Any = None
     on_generation: Callable[[GenerationStats], None] | None = None
     llm_batch: Any = None
+    dask: str | bool | None = None
     toolbox: base.Toolbox = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -152,7 +156,7 @@ class Evolution:
         sends = self.llm_batch is None or self.llm_batch.submit   # batch export: nothing sent
         if self.llm is None and cfg.llm.model is not None and not resume and sends:
             check_credentials(cfg)
-        if self.evaluator is None:
+        if self.evaluator is None and not isinstance(self.dask, str):
             require_gpu(NO_DEFAULT_GPU)           # before any folder is made
         created = not run_dir.exists()
         if resume:
@@ -176,7 +180,8 @@ class Evolution:
             try:
                 self.evaluator = make_evaluator(  # a resumed run keeps its compile baseline
                     problem, cfg.evaluation,
-                    compile_ms=store.compile_baseline_ms() if resume else None)
+                    compile_ms=store.compile_baseline_ms() if resume else None,
+                    dask=self.dask)
             except BaseException:
                 discard_if_empty(store, run_dir, created)
                 raise

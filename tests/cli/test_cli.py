@@ -201,5 +201,6 @@ def test_readme_lists_every_command():
         assert f"evokernel {name}" in readme, name
     commands = readme[readme.index("## Command line"):readme.index("## Without a GPU")]
     assert "--build-only [--arch 9.0]" in commands and "[--run]" in commands
-    assert "evokernel bench [--phases cold,warm,fidelity,sequential,faults]" in commands
+    assert "evokernel bench [--phases cold,warm,fidelity,sequential,faults,suite]" in commands
+    assert "--dask-scheduler" in commands and "--gpus N" in commands
     assert "--evaluator fake" in readme and "not measurements" in readme

@@ -17,7 +17,7 @@ def no_gpu_needed(monkeypatch):
     import importlib
 
     import evokernel.engine.evaluator as evaluator
-    monkeypatch.setattr("evokernel.cli.options.require_gpu", lambda: None)
+    monkeypatch.setattr("evokernel.cli.options.require_gpu", lambda *a: None)
     fake = lambda problem, cfg, *args, **kwargs: FakeEvaluator(problem)   # noqa: E731
     monkeypatch.setattr(evaluator, "CudaEvaluator", fake)
     try:                    # where the run builds its evaluator once engine/factory.py exists

@@ -143,7 +143,7 @@ def test_cli_run_reports_progress_in_plain_lines(tmp_path, monkeypatch, capsys):
     def fake(problem, config, compile_ms=None):
         made.append(problem.name)
         return FakeEvaluator()
-    monkeypatch.setattr(options, "require_gpu", lambda: None)
+    monkeypatch.setattr(options, "require_gpu", lambda *a: None)
     monkeypatch.setattr(evaluator, "CudaEvaluator", fake)
     run_dir = tmp_path / "run"
     assert cli.main(["run", "softmax", "--generations", "1", "--population", "2",
@@ -171,7 +171,7 @@ def test_a_resumed_run_keeps_its_torch_compile_baseline(tmp_path, monkeypatch, c
     def fake(problem, config, compile_ms=None):
         made.append(compile_ms)
         return FakeEvaluator()
-    monkeypatch.setattr(options, "require_gpu", lambda: None)
+    monkeypatch.setattr(options, "require_gpu", lambda *a: None)
     monkeypatch.setattr(evaluator, "CudaEvaluator", fake)
     run_dir = tmp_path / "run"
     assert cli.main(["run", "softmax", "--generations", "1", "--population", "2",

@@ -169,6 +169,84 @@ def test_check_all_scores_each_problem(tmp_path):
     assert fast_p(rows, 1) == pytest.approx(1 / 3)
 
 
+def test_check_all_by_default_evaluates_the_set_together(monkeypatch):
+    """Without an evaluator factory, check_all hands every problem with a candidate to
+    evaluate_problem_set at once and maps its outcomes back to rows, in order."""
+    from evokernel.engine import problem_set
+    problems = suite_problems(["softmax", "matmul", "layernorm", "conv2d"])
+    seeds = candidate_files(problems, None)
+    files = dict(seeds, matmul=None)
+    calls = []
+
+    def together(jobs, config, devices=None):
+        calls.append(([j.problem.name for j in jobs], devices))
+        out = []
+        for j in jobs:
+            c = j.candidates[0]
+            assert c.source == seeds[j.problem.name].read_text() and c.operator == "check"
+            if j.problem.name == "layernorm":
+                out.append(problem_set.ProblemOutcome("layernorm", [], {}, 0,
+                                                      error="layernorm.py: cannot set up"))
+                continue
+            r = EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                           reference_ms=2.0, candidate_ms=1.0)
+            out.append(problem_set.ProblemOutcome(j.problem.name, [r], {"device": "x"}, 0))
+        return out
+    monkeypatch.setattr(problem_set, "evaluate_problem_set", together)
+    rows = check_all(problems, files, EvalConfig(), placement={"devices": [0, 1]})
+    assert calls == [(["softmax", "layernorm", "conv2d"], [0, 1])]     # one call, all of them
+    assert [(r.problem, r.correct, r.reason) for r in rows] == [
+        ("softmax", True, "ok"), ("matmul", False, "no candidate"),
+        ("layernorm", False, "error: layernorm.py: cannot set up"), ("conv2d", True, "ok")]
+    assert rows[0].speedup == 2.0
+
+
+def test_check_all_on_dask_starts_one_local_cluster_for_all(monkeypatch):
+    """suite --dask: one local cluster for the whole set, every problem's evaluator on it."""
+    pytest.importorskip("distributed", reason="needs the 'dask' extra")
+    from evokernel.cluster import connect
+    from evokernel.engine import factory
+    problems = suite_problems(["softmax", "matmul"])
+    files = candidate_files(problems, None)
+    started, asked = [], []
+
+    class Cluster:
+        scheduler_address = "tcp://127.0.0.1:1"
+
+        def close(self):
+            started.append("closed")
+
+    def local_cluster(devices, build_workers):
+        started.append(devices)
+        return Cluster()
+
+    def make(problem, config, **kw):
+        asked.append((problem.name, kw))
+        return StandIn(problem, config, accept=True)
+    monkeypatch.setattr(connect, "local_cluster", local_cluster)
+    monkeypatch.setattr(factory, "require_gpu", lambda message: None)
+    monkeypatch.setattr(factory, "make_evaluator", make)
+    rows = check_all(problems, files, EvalConfig(), placement={"dask": True, "devices": [0, 1]},
+                     one_at_a_time=True)
+    assert started == [[0, 1], "closed"]
+    assert asked == [("softmax", {"dask": "tcp://127.0.0.1:1"}),
+                     ("matmul", {"dask": "tcp://127.0.0.1:1"})]
+    assert [r.correct for r in rows] == [True, True]
+    from evokernel.cluster import problem_set
+    sets = []
+
+    def on_dask(jobs, config, address):
+        sets.append(([j.problem.name for j in jobs], address))
+        return [problem_set.ProblemOutcome(j.problem.name, [EvalResult(
+            candidate_id=j.candidates[0].id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+            reference_ms=2.0, candidate_ms=1.0)], {}, "tcp://w") for j in jobs]
+    monkeypatch.setattr(problem_set, "evaluate_problem_set_on_dask", on_dask)
+    started.clear()
+    rows = check_all(problems, files, EvalConfig(), placement={"dask": True})  # together
+    assert started[-1] == "closed" and sets == [(["softmax", "matmul"], "tcp://127.0.0.1:1")]
+    assert [r.speedup for r in rows] == [2.0, 2.0]
+
+
 def test_search_all_scores_each_best(tmp_path):
     from tests.support.runstores import build_crossover_run
     problems = [load_problem("softmax"), load_problem("matmul")]

@@ -1,0 +1,168 @@
+"""The suite phase (issue 16): a problem set checked three ways, each from an empty build cache,
+in the same run, and kernels per minute of each:
+
+* ``one_at_a_time``: today's `suite --one-at-a-time` and multi-problem `check`: one evaluator
+  per problem, after another (its builds, then fresh GPU workers, fp64 truths, its kernels);
+* ``together``: evokernel.engine.problem_set: every kernel built up front, the GPUs take
+  problems from one queue, the next problem's worker started while the current one is timed;
+* ``together_warm``: the same, the next worker also making its CUDA context and loading the
+  profiler ahead (``warm_ahead``): faster if those one-time costs are much of a set-up, and
+  harmless only if the verdicts agree with the other modes' (the report lists what differs).
+
+    python -m evokernel.bench --phases suite [--suite-problems PATH,...] [--suite-kernels DIR]
+        [--suite-variants N]
+
+Kernels per minute = 60 x kernels / wall seconds from the first build to the last verdict, set-up
+included (a suite pays it once per problem). Target: together >= TARGET_SUITE_PER_MIN on one
+H200. Both modes must give each kernel the same verdict (a timing-dependent one, e.g.
+impossible_speed, may differ between two measurements; the report lists what differs).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from loguru import logger
+
+from evokernel.bench.plan import tune_variants
+from evokernel.config import EvalConfig
+from evokernel.engine.problem_set import ProblemJob
+from evokernel.errors import ConfigError
+from evokernel.records import Candidate, EvalResult
+
+#: issue 16: ">= 10 kernels/min cold on one H200 for a 24-problem set".
+TARGET_SUITE_PER_MIN = 10.0
+MODES = ("one_at_a_time", "together", "together_warm")
+
+
+@dataclasses.dataclass
+class SuiteDeps:
+    """What the phase needs from the machine (tests pass fakes).
+
+    make_evaluator(problem, config): an Evaluator for ``one_at_a_time``;
+    evaluate_set(jobs, config, warm_ahead=bool): ProblemOutcomes (evaluate_problem_set);
+    prepare_cache(path) -> path: an empty, usable build cache (device peaks copied in);
+    now(): a monotonic clock in seconds.
+    """
+
+    make_evaluator: Callable[[Any, EvalConfig], Any]
+    evaluate_set: Callable[[Sequence[ProblemJob], EvalConfig], Sequence[Any]]
+    prepare_cache: Callable[[Path], Path]
+    now: Callable[[], float]
+
+
+def suite_jobs(specs: Sequence[str], kernels: str | None, variants: int) -> list[ProblemJob]:
+    """The phase's problems and kernels: ``kernels`` (a folder of <problem>.py files or a JSON
+    mapping, as `suite --kernels`), else ``variants`` tune variants of each seed kernel.
+    Raises: ConfigError when no problem has a kernel, or a seed has fewer variants;
+        ProblemError for a malformed problem."""
+    from evokernel.problem_files import candidate_files, suite_problems
+    problems = suite_problems(specs)
+    jobs = []
+    if kernels is not None:
+        files = candidate_files(problems, kernels)
+        for p in problems:
+            f = files.get(p.name)
+            if f is not None and f.is_file():
+                jobs.append(ProblemJob(p, (Candidate(source=f.read_text(), idea=f"file {f}",
+                                                     operator="check"),)))
+    else:
+        for p in problems:
+            if p.seed_source:
+                try:
+                    vs = tune_variants(p.name, p.seed_source, variants)
+                except ValueError as e:
+                    raise ConfigError(f"bench: --suite-variants: {e}") from e
+                jobs.append(ProblemJob(p, tuple(v.candidate for v in vs)))
+    if not jobs:
+        raise ConfigError(f"bench: suite: no problem in {', '.join(specs)} has a kernel")
+    return jobs
+
+
+def one_at_a_time(jobs: Sequence[ProblemJob], config: EvalConfig,
+                  deps: SuiteDeps) -> dict[str, list[EvalResult]]:
+    """Each problem with an evaluator of its own, one after another. Returns: results by
+    problem name ([] for a problem whose evaluator could not be made)."""
+    out: dict[str, list[EvalResult]] = {}
+    for job in jobs:
+        try:
+            ev = deps.make_evaluator(job.problem, config)
+        except Exception as e:  # noqa: BLE001 -- counted as no verdicts, named in the log
+            logger.warning("suite one_at_a_time: {}: {}", job.problem.name, e)
+            out[job.problem.name] = []
+            continue
+        try:
+            out[job.problem.name] = list(ev.evaluate(list(job.candidates)))
+        finally:
+            ev.close()
+    return out
+
+
+def together(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps,
+             warm_ahead: bool = False) -> dict[str, list[EvalResult]]:
+    """The whole set at once (evokernel.engine.problem_set). Returns: results by problem."""
+    return {o.problem: list(o.results)
+            for o in deps.evaluate_set(jobs, config, warm_ahead=warm_ahead)}
+
+
+def together_warm(jobs: Sequence[ProblemJob], config: EvalConfig,
+                  deps: SuiteDeps) -> dict[str, list[EvalResult]]:
+    """``together`` with the next problem's worker warmed ahead."""
+    return together(jobs, config, deps, warm_ahead=True)
+
+
+def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
+                deps: SuiteDeps) -> dict[str, Any]:
+    """Both modes, each in its own empty cache under ``work_dir`` (suite-<mode>).
+    Returns: the report: per mode its wall seconds, kernels, verdicts and kernels/min; the
+    kernels whose verdicts differ; the target and whether ``together`` met it."""
+    report: dict[str, Any] = {"problems": [j.problem.name for j in jobs],
+                              "kernels": sum(len(j.candidates) for j in jobs), "modes": {}}
+    verdicts: dict[str, dict[str, str]] = {}
+    for mode, run in (("one_at_a_time", one_at_a_time), ("together", together),
+                      ("together_warm", together_warm)):
+        cache = deps.prepare_cache(Path(work_dir) / f"suite-{mode}")
+        cfg = dataclasses.replace(config, cache_dir=str(cache))
+        t0 = deps.now()
+        got = run(jobs, cfg, deps)
+        wall = deps.now() - t0
+        results = [r for rs in got.values() for r in rs]
+        verdicts[mode] = {r.candidate_id: r.reason.value for r in results}
+        report["modes"][mode] = {
+            "wall_s": round(wall, 1), "kernels": len(results),
+            "accepted": sum(r.accepted for r in results),
+            "per_min": round(60.0 * len(results) / wall, 2) if wall > 0 else None}
+        logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
+    a = verdicts["one_at_a_time"]
+    report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"
+                              for m in MODES[1:] for v in (verdicts[m],)
+                              for k in set(a) | set(v) if a.get(k) != v.get(k))
+    rate = report["modes"]["together"]["per_min"]
+    report["target"] = {"name": "together kernels/min", "threshold": TARGET_SUITE_PER_MIN,
+                        "value": rate, "passed": None if rate is None
+                        else rate >= TARGET_SUITE_PER_MIN}
+    base = report["modes"]["one_at_a_time"]["per_min"]
+    report["speedup"] = round(rate / base, 2) if rate and base else None
+    return report
+
+
+def suite_markdown(report: Mapping[str, Any]) -> str:
+    """bench_suite.md: one row per mode, then the target and the verdicts that differ."""
+    lines = ["# evokernel bench: suite", "",
+             f"{len(report['problems'])} problems, {report['kernels']} kernels, each mode "
+             "from an empty build cache, in the same run", "",
+             "| mode | kernels | accepted | wall s | kernels/min |", "|---|---|---|---|---|"]
+    for mode in MODES:
+        m = report["modes"].get(mode)
+        if m:
+            lines.append(f"| {mode} | {m['kernels']} | {m['accepted']} | {m['wall_s']} | "
+                         f"{m['per_min']} |")
+    t = report["target"]
+    lines += ["", f"target: {t['name']} >= {t['threshold']}: {t['value']} "
+              f"({'met' if t['passed'] else 'not met'}); together / one at a time: "
+              f"{report['speedup']}x", ""]
+    if report["differ"]:
+        lines += ["verdicts that differ (one at a time vs the mode named):", ""]
+        lines += [f"- {d}" for d in report["differ"]]
+    return "\n".join(lines) + "\n"

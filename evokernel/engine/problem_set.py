@@ -1,0 +1,211 @@
+"""Many problems, each with its candidates, at the engine's speed (issue 16):
+
+    every candidate of every problem ──> builds, all submitted up front (one Builder)
+    per GPU: problem k's worker set up ──> its candidates gated and timed as their builds end
+             meanwhile the worker of the GPU's next problem is started (``WorkerHandle.prepare``)
+
+One problem at a time per GPU, as its verdicts need (a problem's reference is timed alone), but
+GPUs take problems from one queue, builds never wait for a GPU, a problem's set-up overlaps the
+builds of its candidates, and the next problem's worker process is already started (its
+interpreter and torch loaded; no CUDA context) when the current one closes. The set-up itself
+(fp64 truths, reference timing) stays on the GPU it is measured on and runs when that GPU is
+free: timing a reference beside another problem's candidates would measure both wrong.
+
+Isolation is the local engine's: each problem has its own contained worker process
+(evokernel.engine.handle), so a hang, crash or CUDA fault costs one candidate and the worker is
+respawned; no candidate runs in a process that set up another problem.
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from loguru import logger
+
+from evokernel.config import EvalConfig
+from evokernel.engine.evaluator import setup_message, static_check
+from evokernel.engine.gpu_share import NvmlProcesses, SharedGpuGuard
+from evokernel.errors import EvokernelError, NoGPUError
+from evokernel.problem import Problem
+from evokernel.records import Candidate, EvalResult, Reason
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemJob:
+    """A problem and the candidates to judge against it (any number, in order)."""
+
+    problem: Problem
+    candidates: tuple[Candidate, ...]
+
+
+@dataclasses.dataclass
+class ProblemOutcome:
+    """What one problem gave: ``results`` in its candidates' order (empty when ``error``, the
+    set-up failure, is set), the worker's ``info`` (device, reference_ms, floors), the GPU
+    index it ran on, and its wall seconds from set-up to its last verdict."""
+
+    problem: str
+    results: list[EvalResult]
+    info: dict[str, Any]
+    device: int | str | None = None
+    error: str | None = None
+    wall_s: float = 0.0
+
+
+#: ``on_result(problem_name, result)``, called from the GPU threads as each verdict is ready.
+OnProblemResult = Callable[[str, EvalResult], None]
+
+
+class ProblemSetRun:
+    """One run of ``evaluate_problem_set`` (see there); ``run()`` returns the outcomes."""
+
+    def __init__(self, jobs: Sequence[ProblemJob], config: EvalConfig, *, devices: Sequence[Any],
+                 arch: str, builder: Any, make_handle: Callable[[Problem, Any], Any],
+                 guard_for: Callable[[dict[str, Any]], Any],
+                 on_result: OnProblemResult | None = None, warm_ahead: bool = False):
+        self.jobs, self.config, self.devices, self.arch = list(jobs), config, list(devices), arch
+        self.builder, self.make_handle, self.guard_for = builder, make_handle, guard_for
+        self.on_result, self.warm_ahead = on_result, warm_ahead
+        self.builds: dict[str, Future | EvalResult] = {}
+        self.outcomes: list[ProblemOutcome | None] = [None] * len(self.jobs)
+        self.todo: queue.Queue[int] = queue.Queue()
+
+    def run(self) -> list[ProblemOutcome]:
+        for job in self.jobs:                        # every build, up front, in problem order
+            for cand in job.candidates:
+                if cand.id not in self.builds:
+                    rejected = static_check(cand)
+                    self.builds[cand.id] = rejected if rejected is not None \
+                        else self.builder.submit(cand)
+        for i in range(len(self.jobs)):
+            self.todo.put(i)
+        threads = [threading.Thread(target=self._gpu_loop, args=(d,), daemon=True,
+                                    name=f"evokernel-set-gpu{d}") for d in self.devices]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [o for o in self.outcomes if o is not None]
+
+    def _next(self) -> int | None:
+        try:
+            return self.todo.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _gpu_loop(self, device: Any) -> None:
+        """Problems from the queue, one at a time on ``device``; the next one's worker is
+        started while the current one's candidates run."""
+        i, handle = self._next(), None
+        while i is not None:
+            handle = handle or self.make_handle(self.jobs[i].problem, device)
+            j = self._next()
+            ahead = self.make_handle(self.jobs[j].problem, device) if j is not None else None
+            try:
+                self.outcomes[i] = self._one_problem(i, handle, device, ahead)
+            except Exception as e:  # noqa: BLE001 -- one problem's bug must not stop the set
+                logger.exception("problem set: {} failed", self.jobs[i].problem.name)
+                self.outcomes[i] = ProblemOutcome(self.jobs[i].problem.name, [], {}, device,
+                                                  error=f"{type(e).__name__}: {e}")
+            finally:
+                handle.close()
+            i, handle = j, ahead
+
+    def _one_problem(self, i: int, handle: Any, device: Any, ahead: Any) -> ProblemOutcome:
+        import time
+        job, t0 = self.jobs[i], time.perf_counter()
+        try:
+            info = handle.start()
+        except EvokernelError as e:                   # the problem cannot be set up
+            if ahead is not None:
+                ahead.prepare(warm=self.warm_ahead)
+            return ProblemOutcome(job.problem.name, [], {}, device, error=str(e))
+        if ahead is not None:                         # its interpreter and torch, meanwhile
+            ahead.prepare(warm=self.warm_ahead)
+        guard = self.guard_for(info)
+        results = [self._judge(job.problem.name, c, handle, guard) for c in job.candidates]
+        return ProblemOutcome(job.problem.name, results, dict(info), device,
+                              wall_s=time.perf_counter() - t0)
+
+    def _judge(self, name: str, cand: Candidate, handle: Any, guard: Any) -> EvalResult:
+        """One candidate: its build's failure, or its verdict on this problem's worker."""
+        build = self.builds[cand.id]
+        if isinstance(build, EvalResult):
+            r = dataclasses.replace(build)
+        else:
+            try:
+                b = build.result()
+            except Exception as e:  # noqa: BLE001 -- a builder bug must not lose the candidate
+                b = None
+                r = EvalResult.failure(cand.id, Reason.BUILD_ERROR, f"builder error: {e}")
+            if b is not None and not b.ok:
+                r = EvalResult.failure(cand.id, b.reason or Reason.BUILD_ERROR, "build failed"
+                                       if b.reason is not Reason.BUILD_TIMEOUT else
+                                       f"build exceeded {self.config.build_timeout_s:.0f} s",
+                                       build_s=b.build_s, log=b.log, flags=tuple(b.flags))
+            elif b is not None:
+                v = guard.run(lambda: handle.evaluate(cand, self.config.eval_timeout_s))
+                r = dataclasses.replace(v, build_s=b.build_s, flags=tuple(b.flags) + v.flags,
+                                        resources=v.resources or b.resources)
+        if self.on_result is not None:
+            self.on_result(name, r)
+        return r
+
+
+def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
+                         devices: Sequence[int] | None = None, log_dir: Path | None = None,
+                         on_result: OnProblemResult | None = None,
+                         entry: str = "evokernel.engine.worker",
+                         warm_ahead: bool = False) -> list[ProblemOutcome]:
+    """Build every candidate of every problem up front, then gate and time each problem's
+    candidates on this host's GPUs, one problem per GPU at a time (see the module docstring).
+
+    Args:
+        jobs: the problems, each with its candidates.
+        config: the evaluation config (one for all problems).
+        devices: GPU indices (default: every visible GPU).
+        log_dir: where worker logs go (default <cache>/logs).
+        on_result: called with (problem name, EvalResult) as each verdict is ready.
+        entry: the GPU worker module (tests substitute a fake one).
+        warm_ahead: the next problem's worker also makes its CUDA context and loads the
+            profiler while the current problem is timed (WorkerHandle.prepare(warm=True));
+            off until the bench's suite phase (mode together_warm) shows that harmless.
+    Returns: one ProblemOutcome per job, in the jobs' order; a problem that cannot be set up
+        has ``error`` set and no results. Never raises for a bad candidate or problem.
+    Raises: NoGPUError when no CUDA GPU is visible; SandboxError as the local engine.
+    """
+    import torch
+
+    from evokernel.build.builder import Builder, device_arch, worker_env
+    from evokernel.engine.handle import WorkerHandle
+    from evokernel.sandbox.support import containment_for
+    from evokernel.sandbox.workers import GpuWorkerJail
+    if not torch.cuda.is_available():
+        raise NoGPUError("evaluating a problem set needs a CUDA GPU and PyTorch sees none")
+    arch, containment = device_arch(), containment_for(config)
+    jailed = containment is not None and containment.mode != "none"
+    devices = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
+    logs = log_dir or config.cache_path / "logs"
+
+    def make_handle(problem: Problem, device: Any) -> Any:
+        return WorkerHandle(setup_message(problem, config, arch), env=worker_env(),
+                            device_index=device, entry=entry,
+                            log_path=logs / f"worker-{problem.name}-gpu{device}.log",
+                            setup_timeout_s=max(900.0, config.eval_timeout_s),
+                            sandbox=GpuWorkerJail(containment, config.cache_path)
+                            if jailed else None)
+
+    def guard_for(info: dict[str, Any]) -> SharedGpuGuard:
+        return SharedGpuGuard(NvmlProcesses(info.get("uuid", "")), info.get("reference_ms"),
+                              policy=config.gpu_sharing, wait_s=config.gpu_wait_s)
+
+    with Builder(config.cache_path, arch=arch, timeout_s=config.build_timeout_s,
+                 workers=config.build_workers, trim_headers=config.trim_headers,
+                 sandbox=containment) as builder:
+        return ProblemSetRun(jobs, config, devices=devices, arch=arch, builder=builder,
+                             make_handle=make_handle, guard_for=guard_for,
+                             on_result=on_result, warm_ahead=warm_ahead).run()

@@ -1,0 +1,65 @@
+"""A problem set and its candidate files, as `evokernel suite` and the bench's suite phase
+name them (the command line and evokernel.bench both read it; neither imports the other).
+
+    suite_problems(specs)              the problems named by folders, files or built-in names
+    candidate_files(problems, kernels) each problem's candidate file (None: it has none)
+
+A problem's candidate is, in order: the file named in a JSON mapping ``{"problem": "path.py"}``,
+the file ``<name>.py`` in a candidates folder, or the problem's own seed kernel
+(``seeds/<name>.py`` beside it).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from evokernel.errors import EvokernelError
+from evokernel.problem import Problem, load_problem, load_problems
+
+
+def suite_problems(specs: Sequence[str]) -> list[Problem]:
+    """Every problem named by ``specs`` (folders, files or built-in names), in order, once.
+
+    Raises:
+        ProblemError: a malformed or missing problem (every malformed file named).
+    """
+    problems: dict[Path, Problem] = {}
+    for spec in specs:
+        batch = load_problems(spec) if Path(spec).is_dir() else [load_problem(spec)]
+        for p in batch:
+            problems.setdefault(p.path, p)
+    return list(problems.values())
+
+
+def candidate_files(problems: Sequence[Problem], kernels: str | None) -> dict[str, Path | None]:
+    """Each problem's candidate file (None: it has none, not even a seed kernel).
+
+    Args:
+        kernels: None (seed kernels), a folder of ``<problem name>.py`` files, or a JSON file
+            mapping problem names to kernel paths (relative paths are from the JSON's folder).
+    Raises:
+        EvokernelError: ``kernels`` names nothing usable.
+    """
+    mapping: dict[str, Path] = {}
+    if kernels is not None:
+        k = Path(kernels)
+        if k.is_file() and k.suffix == ".json":
+            try:
+                mapping = {name: (k.parent / path) for name, path in json.loads(
+                    k.read_text()).items()}
+            except (ValueError, AttributeError) as e:
+                raise EvokernelError(f"{k}: not a JSON object of problem -> kernel file") from e
+        elif not k.is_dir():
+            raise EvokernelError(f"{k}: not a folder of candidates or a JSON mapping")
+    out: dict[str, Path | None] = {}
+    for p in problems:
+        if kernels is None:
+            seed = p.path.parent / "seeds" / p.path.name
+            out[p.name] = seed if p.seed_source is not None and seed.is_file() else None
+        elif mapping:
+            out[p.name] = mapping.get(p.name)
+        else:
+            f = Path(kernels) / f"{p.name}.py"
+            out[p.name] = f if f.is_file() else None
+    return out

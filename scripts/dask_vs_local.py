@@ -1,0 +1,134 @@
+"""On a GPU machine: the Dask evaluator through a one-GPU-worker local cluster against the local
+engine, in the same run (issue 16's "must show" on the one-GPU H200):
+
+1. ``gate``: every gate fixture (experiments/gate_report.py: tests/kernels/cheats, legit, the
+   FP16 matmul) through both engines; each fixture must get the same verdict and reason.
+2. ``cold``: the bench's cold throughput phase (32 tune variants of the seed kernels, empty
+   build cache each) through both; Dask's candidates/min must be within 10% of the local one's.
+
+    python scripts/dask_vs_local.py [--phases gate,cold] [--out DIR] [--build-workers 8]
+
+Writes DIR/dask_vs_local.json and .md (default results/dask-vs-local-<date>), keeping the other
+phase's result from an earlier call into DIR; exit status 0 when the checks that ran passed. Needs the 'dask' extra and a CUDA GPU.
+"""
+import argparse
+import dataclasses
+import datetime
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gate_report():
+    spec = importlib.util.spec_from_file_location("gate_report",
+                                                  ROOT / "experiments" / "gate_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def gate_phase(out: Path, address: str) -> dict:
+    report = gate_report()
+    fixtures = report.discover(ROOT)
+    config = report.report_config()
+    verdicts = {}
+    for engine, dask in (("local", None), ("dask", address)):
+        rows, _ = report.evaluate(fixtures, config, out / f"gate-{engine}", dask=dask)
+        verdicts[engine] = {r["fixture"]: (r["verdict"], r["reason"]) for r in rows}
+    differ = sorted(f"{k}: local {verdicts['local'].get(k)} vs dask {verdicts['dask'].get(k)}"
+                    for k in verdicts["local"] if verdicts["local"][k] != verdicts["dask"].get(k))
+    expected = {f.name: (f.verdict, f.reason) for f in fixtures}
+    right = {e: sum(v.get(k) == expected[k] for k in expected) for e, v in verdicts.items()}
+    return {"fixtures": len(fixtures), "right": right, "differ": differ,
+            "passed": not differ and len(verdicts["dask"]) == len(fixtures)}
+
+
+def cold_phase(out: Path, address: str, work: Path, build_workers: int | None) -> dict:
+    from evokernel.bench.deps import fresh_dir
+    from evokernel.bench.plan import BenchPlan, throughput_variants
+    from evokernel.bench.run import cuda_deps
+    from evokernel.bench.throughput import throughput_phase
+    from evokernel.engine.factory import make_evaluator
+    plan = BenchPlan(results_dir=out, work_dir=work, phases=("cold",),
+                     build_workers=build_workers)
+    variants = throughput_variants(plan.throughput)
+    deps = cuda_deps(plan)
+    stats = {}
+    for engine, dask in (("local", None), ("dask", address)):
+        cache = fresh_dir(work / f"cold-{engine}")
+        deps.prepare_cache(cache)
+        d = dataclasses.replace(deps, make_evaluator=lambda p, c, dask=dask: make_evaluator(
+            p, c, log_dir=Path(c.cache_path) / "logs", dask=dask))
+        tp = {"candidates": [{"problem": v.problem, "id": v.candidate.id} for v in variants]}
+        stats[engine] = throughput_phase("cold", plan, variants, cache, d, tp).to_dict()
+    ratio = stats["dask"]["per_min"] / stats["local"]["per_min"]
+    return {"local": stats["local"], "dask": stats["dask"], "dask_over_local": round(ratio, 3),
+            "passed": ratio >= 0.9}
+
+
+def markdown(rep: dict) -> str:
+    lines = [f"# Dask (one GPU worker) vs the local engine, {rep['date']}", ""]
+    if "gate" in rep:
+        g = rep["gate"]
+        lines += [f"gate fixtures: {g['fixtures']}; right: local {g['right']['local']}, dask "
+                  f"{g['right']['dask']}; verdicts that differ: {len(g['differ'])} "
+                  f"({'passed' if g['passed'] else 'FAILED'})", ""] + [f"- {d}" for d in
+                                                                       g["differ"]] + [""]
+    if "cold" in rep:
+        c = rep["cold"]
+        lines += ["| engine | candidates | accepted | evaluate s | per min | set-up s |",
+                  "|---|---|---|---|---|---|"]
+        for e in ("local", "dask"):
+            s = c[e]
+            lines.append(f"| {e} | {s['candidates']} | {s['accepted']} | "
+                         f"{s['evaluate_s']:.1f} | {s['per_min']:.2f} | {s['setup_s']:.1f} |")
+        lines += ["", f"dask / local: {c['dask_over_local']} (>= 0.9: "
+                  f"{'passed' if c['passed'] else 'FAILED'})", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phases", default="gate,cold")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--work-dir", type=Path,
+                    default=Path(tempfile.gettempdir()) / "evokernel-bench")
+    ap.add_argument("--build-workers", type=int, default=8)
+    args = ap.parse_args(argv)
+    phases = [p for p in args.phases.split(",") if p]
+    if set(phases) - {"gate", "cold"}:
+        ap.error(f"--phases: gate and/or cold, got {args.phases}")
+    import torch
+    if not torch.cuda.is_available():
+        print("dask_vs_local: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from evokernel.cluster.connect import local_cluster
+    today = datetime.date.today().isoformat()
+    out = args.out or ROOT / "results" / f"dask-vs-local-{today}"
+    out.mkdir(parents=True, exist_ok=True)
+    rep = {"date": today}
+    earlier = out / "dask_vs_local.json"
+    if earlier.is_file():             # the other half, from an earlier call into the same folder
+        rep.update({k: v for k, v in json.loads(earlier.read_text()).items() if k != "date"})
+    cluster = local_cluster([0], args.build_workers)
+    try:
+        if "gate" in phases:
+            rep["gate"] = gate_phase(out, cluster.scheduler_address)
+        if "cold" in phases:
+            rep["cold"] = cold_phase(out, cluster.scheduler_address, args.work_dir,
+                                     args.build_workers)
+    finally:
+        cluster.close()
+    (out / "dask_vs_local.json").write_text(json.dumps(rep, indent=2))
+    (out / "dask_vs_local.md").write_text(markdown(rep))
+    print(markdown(rep))
+    return 0 if all(rep[p]["passed"] for p in phases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The bench's suite phase on CPU, with fakes: both modes measured from their own empty caches,
+kernels/min from the wall clock, the verdicts that differ listed, and the command line's
+`--phases suite` checked without a GPU."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from evokernel.bench import cli as bench_cli
+from evokernel.bench.suite import SuiteDeps, suite_jobs, suite_markdown, suite_phase
+from evokernel.config import EvalConfig
+from evokernel.engine.problem_set import ProblemOutcome
+from evokernel.errors import ConfigError
+from evokernel.records import EvalResult, Reason, Verdict
+
+
+def ok(c):
+    return EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                      reference_ms=1.0, candidate_ms=0.5)
+
+
+class Clock:
+    """A fake clock: each one-at-a-time evaluator costs 15 s, the whole set 20 s."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def fake_deps(clock, caches):
+    class Ev:
+        info = {}
+
+        def __init__(self, problem, config):
+            caches.append(("one", config.cache_dir))
+
+        def evaluate(self, cands):
+            clock.t += 15.0
+            return [ok(c) if "BLOCK" not in c.source or i else
+                    EvalResult.failure(c.id, Reason.IMPOSSIBLE_SPEED, "x")
+                    for i, c in enumerate(cands)]
+
+        def close(self):
+            pass
+
+    def evaluate_set(jobs, config, warm_ahead=False):
+        caches.append(("warm" if warm_ahead else "set", config.cache_dir))
+        clock.t += 20.0
+        return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates], {}, 0)
+                for j in jobs]
+
+    def prepare(path):
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return SuiteDeps(make_evaluator=Ev, evaluate_set=evaluate_set, prepare_cache=prepare,
+                     now=clock)
+
+
+def test_both_modes_from_their_own_caches(tmp_path):
+    jobs = suite_jobs(["softmax", "matmul", "layernorm"], None, 2)
+    assert [len(j.candidates) for j in jobs] == [2, 2, 2]
+    caches = []
+    report = suite_phase(jobs, EvalConfig(), tmp_path, fake_deps(Clock(), caches))
+    assert report["kernels"] == 6
+    one, together = report["modes"]["one_at_a_time"], report["modes"]["together"]
+    assert one["wall_s"] == 45.0 and one["per_min"] == pytest.approx(8.0)
+    assert together["wall_s"] == 20.0 and together["per_min"] == pytest.approx(18.0)
+    assert report["speedup"] == pytest.approx(2.25)
+    assert report["target"]["passed"] is True
+    dirs = {kind: {d for k, d in caches if k == kind} for kind in ("one", "set", "warm")}
+    assert dirs["one"] == {str(tmp_path / "suite-one_at_a_time")}
+    assert dirs["set"] == {str(tmp_path / "suite-together")}
+    assert dirs["warm"] == {str(tmp_path / "suite-together_warm")}
+    assert report["modes"]["together_warm"]["per_min"] == pytest.approx(18.0)
+    firsts = [j.candidates[0].id for j in jobs if "BLOCK" in j.candidates[0].source]
+    assert [d.split(":")[0] for d in report["differ"]] == sorted(firsts * 2)
+    md = suite_markdown(report)
+    assert "| together | 6 | 6 | 20.0 | 18.0 |" in md
+    assert "impossible_speed vs together ok" in md and "vs together_warm ok" in md
+
+
+def test_kernels_from_a_folder(tmp_path):
+    seed = Path(suite_jobs(["softmax"], None, 1)[0].problem.path).parent / "seeds"
+    (tmp_path / "softmax.py").write_text((seed / "softmax.py").read_text())
+    jobs = suite_jobs(["softmax", "matmul"], str(tmp_path), 1)
+    assert [j.problem.name for j in jobs] == ["softmax"]          # matmul has no file
+    with pytest.raises(ConfigError, match="no problem"):
+        suite_jobs(["matmul"], str(tmp_path), 1)
+
+
+def test_cli_suite_phase_dry_run(capsys):
+    assert bench_cli.main(["--phases", "suite", "--dry-run", "--suite-variants", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "suite phase: 5 problems, 10 kernels" in out
+    with pytest.raises(SystemExit):
+        bench_cli.main(["--phases", "suit"])
+    assert list(itertools.islice(bench_cli._phases_arg("cold,suite"), 2)) == ["cold", "suite"]
+
+
+def test_cli_suite_phase_without_gpu_says_so(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU")
+    assert bench_cli.main(["--phases", "suite"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

@@ -1,0 +1,165 @@
+"""Many problems at the engine's speed (evokernel.engine.problem_set), on CPU: every build is
+submitted before any problem is set up, the next problem's worker is started while the current
+one runs, GPUs share one queue of problems, and a problem that cannot be set up costs only its
+own row. The integration test runs real builds and the fake engine worker."""
+from __future__ import annotations
+
+import threading
+import time
+import types
+from concurrent.futures import Future
+
+from evokernel.config import EvalConfig
+from evokernel.engine.problem_set import ProblemJob, ProblemSetRun, evaluate_problem_set
+from evokernel.errors import ProblemError
+from evokernel.problem import Problem
+from evokernel.records import Candidate, EvalResult, Reason, Verdict
+from tests.support.fake_gpu_worker import verdict
+
+REFERENCE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x): return x\n" \
+            "def get_inputs(): return [torch.randn(4)]\ndef get_init_inputs(): return []\n"
+
+
+def cand(tag: str) -> Candidate:
+    return Candidate(source=f"# {tag}\nclass ModelNew:\n    pass\n", idea=tag)
+
+
+def job(tmp_path, name: str, *tags: str) -> ProblemJob:
+    path = tmp_path / f"{name}.py"
+    path.write_text(REFERENCE)
+    return ProblemJob(Problem(name=name, path=path, source=REFERENCE),
+                      tuple(cand(f"{name}-{t}") for t in tags))
+
+
+class Log:
+    def __init__(self):
+        self.events: list[tuple] = []
+        self.lock = threading.Lock()
+
+    def add(self, *event):
+        with self.lock:
+            self.events.append(event)
+
+
+class FakeBuilder:
+    def __init__(self, log):
+        self.log = log
+
+    def submit(self, c):
+        self.log.add("build", c.id)
+        f = Future()
+        f.set_result(types.SimpleNamespace(ok=True, reason=None, build_s=1.0, flags=(),
+                                           resources=(), log=""))
+        return f
+
+
+class FakeHandle:
+    def __init__(self, log, problem, device):
+        self.log, self.name, self.device = log, problem.name, device
+
+    def prepare(self, warm=False):
+        self.log.add("prepare", self.name, self.device)
+        if warm:
+            self.log.add("warm", self.name)
+
+    def start(self):
+        self.log.add("start", self.name, self.device)
+        if self.name == "broken":
+            raise ProblemError("broken.py: the GPU worker could not set up the problem")
+        return {"device": "fake", "reference_ms": 1.0, "problem": self.name}
+
+    def evaluate(self, c, timeout_s):
+        self.log.add("evaluate", self.name, c.id, self.device)
+        time.sleep(0.05)                               # long enough for the other GPU's thread
+        return EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                          reference_ms=1.0, candidate_ms=0.5)
+
+    def close(self):
+        self.log.add("close", self.name, self.device)
+
+
+def fake_run(tmp_path, jobs, devices=(0,), warm_ahead=False):
+    log = Log()
+    guard = types.SimpleNamespace(run=lambda f: f())
+    run = ProblemSetRun(jobs, EvalConfig(), devices=devices, arch="9.0",
+                        builder=FakeBuilder(log),
+                        make_handle=lambda p, d: FakeHandle(log, p, d),
+                        guard_for=lambda info: guard, warm_ahead=warm_ahead)
+    return run.run(), log.events
+
+
+def test_builds_go_up_front_and_the_next_worker_is_ready_before_the_current_closes(tmp_path):
+    jobs = [job(tmp_path, "a", "1", "2"), job(tmp_path, "b", "1"), job(tmp_path, "c", "1", "2")]
+    outcomes, events = fake_run(tmp_path, jobs)
+    kinds = [e[0] for e in events]
+    assert kinds[:5] == ["build"] * 5                   # all five, before any set-up
+    assert "build" not in kinds[5:]
+    for current, following in (("a", "b"), ("b", "c")):
+        assert events.index(("prepare", following, 0)) < events.index(("close", current, 0))
+        assert events.index(("start", current, 0)) < events.index(("prepare", following, 0))
+    assert [o.problem for o in outcomes] == ["a", "b", "c"]
+    assert [[r.candidate_id for r in o.results] for o in outcomes] == \
+        [[c.id for c in j.candidates] for j in jobs]
+    assert all(r.accepted and r.build_s == 1.0 for o in outcomes for r in o.results)
+
+
+def test_warm_ahead_is_asked_for(tmp_path):
+    jobs = [job(tmp_path, "a", "1"), job(tmp_path, "b", "1")]
+    assert ("warm", "b") not in fake_run(tmp_path, jobs)[1]
+    assert ("warm", "b") in fake_run(tmp_path, jobs, warm_ahead=True)[1]
+
+
+def test_a_problem_that_cannot_be_set_up_costs_only_its_row(tmp_path):
+    jobs = [job(tmp_path, "a", "1"), job(tmp_path, "broken", "1"), job(tmp_path, "c", "1")]
+    outcomes, events = fake_run(tmp_path, jobs)
+    assert [o.error is None for o in outcomes] == [True, False, True]
+    assert "could not set up" in outcomes[1].error and outcomes[1].results == []
+    assert outcomes[2].results[0].accepted
+    assert ("prepare", "c", 0) in events                # still started ahead
+
+
+def test_gpus_share_one_queue_of_problems(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abcdef"]
+    outcomes, events = fake_run(tmp_path, jobs, devices=(0, 1))
+    assert [o.problem for o in outcomes] == list("abcdef")       # in the jobs' order
+    used = {o.device for o in outcomes}
+    assert used == {0, 1}
+    for o in outcomes:                                  # each problem on one GPU, whole
+        assert {e[-1] for e in events if e[0] == "evaluate" and e[1] == o.problem} == \
+            {o.device}
+
+
+def test_rejected_without_a_build_and_the_same_source_built_once(tmp_path):
+    a = job(tmp_path, "a", "1")
+    same = ProblemJob(job(tmp_path, "b").problem, (a.candidates[0], Candidate(source="x = 1\n")))
+    outcomes, events = fake_run(tmp_path, [a, same])
+    assert [e for e in events if e[0] == "build"] == [("build", a.candidates[0].id)]
+    assert outcomes[1].results[1].reason is Reason.NO_CODE
+
+
+def test_real_builds_and_the_fake_worker(tmp_path, monkeypatch):
+    """evaluate_problem_set end to end on CPU: real (uncontained) builds, the fake engine
+    worker for the GPU (torch told there is a GPU of arch 9.0)."""
+    import torch
+
+    from evokernel.build import builder
+    from tests.support.dask_procs import ROOT
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(builder, "device_arch", lambda: "9.0")
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    jobs = [job(tmp_path, "a", "1", "2"), job(tmp_path, "broken", "1"), job(tmp_path, "c", "1")]
+    wrong = Candidate(source="# wrong\nclass ModelNew:\n    pass\n", idea="wrong")
+    jobs[2] = ProblemJob(jobs[2].problem, jobs[2].candidates + (wrong,))
+    seen = []
+    config = EvalConfig(sandbox=False, cache_dir=str(tmp_path / "cache"), build_workers=2,
+                        eval_timeout_s=10)
+    outcomes = evaluate_problem_set(jobs, config, devices=[0], entry="tests.support."
+                                    "fake_gpu_worker", on_result=lambda n, r: seen.append(n))
+    assert [o.error is None for o in outcomes] == [True, False, True]
+    for j, o in zip(jobs, outcomes):
+        if o.error is None:
+            assert o.info["problem"] == j.problem.name      # its own worker's set-up
+            assert [(r.reason, r.candidate_ms) for r in o.results] == \
+                [(verdict(c).reason, verdict(c).candidate_ms) for c in j.candidates]
+    assert outcomes[2].results[1].reason is Reason.WRONG_FUNCTION
+    assert sorted(seen) == ["a", "a", "c", "c"]
