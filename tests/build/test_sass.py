@@ -1,0 +1,138 @@
+"""evokernel.build.sass: the precision audit's parser on committed SASS (tests/fixtures/sass/,
+real cuobjdump output of nvcc 13.1 for sm_90), its instruction rules, and the live path (nvcc
+and cuobjdump on a kernel compiled here, skipped where either is missing)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from evokernel.build.sass import (SassUnavailable, audit_build_dirs, audit_sass, classify,
+                                  disassemble, find_cuobjdump, summarize)
+
+SASS = Path(__file__).resolve().parent.parent / "fixtures" / "sass"
+
+
+def audit(name: str):
+    return audit_sass((SASS / f"{name}.sass").read_text(), demangle_names=False)
+
+
+def opcodes(a) -> dict[str, tuple[str, str, int]]:
+    return {f.opcode: (f.kind, f.precision, f.count) for f in a.findings}
+
+
+def test_pure_fp32_lists_nothing_though_it_holds_hfma2_constant_moves():
+    a = audit("fp32_only")
+    assert a.kernels == ("fp32_poly", "fp32_consts", "fp32_axpy", "fp32_rowsoftmax")
+    assert a.instructions > 400
+    assert "HFMA2.MMA" in (SASS / "fp32_only.sass").read_text()    # the trap is present
+    assert a.findings == () and a.precisions == () and a.has_sass
+
+
+def test_half_arithmetic():
+    a = audit("half_arith")
+    assert opcodes(a) == {"F2FP.F16.F32.PACK_AB": ("conversion", "fp16", 2),
+                          "HFMA2": ("half_arith", "fp16", 1),
+                          "HADD2": ("half_arith", "fp16", 1),
+                          "HADD2.F32": ("widen", "fp16", 1)}
+    assert {f.kernel for f in a.findings} == {"half_axpy"}
+    assert a.precisions == ("fp16",)
+
+
+def test_wmma_fp16_tensor_cores():
+    got = opcodes(audit("wmma_fp16"))
+    assert got["HMMA.16816.F32"] == ("tensor_core", "fp16", 2)
+    assert got["F2FP.F16.F32.PACK_AB"] == ("conversion", "fp16", 2)
+
+
+def test_hopper_wgmma():
+    assert opcodes(audit("wgmma_fp16")) == {"HGMMA.64x8x16.F32": ("tensor_core", "fp16", 1)}
+
+
+def test_tf32_and_bf16_named_per_kernel():
+    a = audit("tf32_bf16")
+    by_kernel = {(f.kernel, f.opcode): f.precision for f in a.findings}
+    assert by_kernel == {("tf32_tile", "HMMA.1684.F32.TF32"): "tf32",
+                         ("bf16_round", "F2FP.BF16.F32.PACK_AB"): "bf16",
+                         ("bf16_round", "HMUL2.BF16_V2"): "bf16"}
+    assert a.precisions == ("bf16", "tf32")
+
+
+@pytest.mark.parametrize("opcode, operands, want", [
+    ("HMMA.16816.F32.BF16", " R4, R8, R12, RZ ", ("tensor_core", "bf16")),
+    ("HMMA.16816.F16", " R4, R8, R12, R4 ", ("tensor_core", "fp16")),
+    ("HGMMA.64x128x16.F32.BF16", " R24, gdesc[UR4], RZ ", ("tensor_core", "bf16")),
+    ("HGMMA.64x64x8.F32.TF32", " R24, gdesc[UR4], RZ ", ("tensor_core", "tf32")),
+    ("QGMMA.64x64x32.F32.E4M3.E4M3", " R24, gdesc[UR4], RZ ", ("tensor_core", "fp8")),
+    ("IMMA.16832.S8.S8", " R4, R8, R12, RZ ", ("tensor_core", "int8")),
+    ("F2F.F16.F32", " R0, R1 ", ("conversion", "fp16")),
+    ("F2F.BF16.F32", " R0, R1 ", ("conversion", "bf16")),
+    ("F2F.F32.F16", " R0, R1 ", ("widen", "fp16")),
+    ("F2FP.PACK_AB", " R0, R1, R2 ", ("conversion", "fp16")),
+    ("F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C", " R0, R1, R2, RZ ", ("conversion", "fp8")),
+    ("I2F.F16", " R0, R1 ", ("conversion", "fp16")),
+    ("HFMA2.MMA", " R3, R4, R5, -RZ ", ("half_arith", "fp16")),
+    ("HFMA2.MMA", " R9, -RZ, RZ, 1.75, 0 ", None),         # a constant move
+    ("DMMA.884", " R4, R8, R12, R4 ", None),                # FP64 tensor cores
+    ("F2F.F32.F64", " R0, R2 ", None),
+    ("F2F.F64.F32", " R0, R2 ", None),
+    ("FFMA", " R0, R1, R2, R3 ", None),
+    ("I2F.U32", " R0, R1 ", None),
+])
+def test_classify(opcode, operands, want):
+    assert classify(opcode, operands) == want
+
+
+def test_malformed_text_and_predicated_lines():
+    assert audit_sass("garbage\n\n;;; /* */").findings == ()
+    assert not audit_sass("no sass here").has_sass
+    text = ("\t\tFunction : k\n"
+            "        /*0070*/               @!P0 HFMA2 R3, R3.H0_H0, R0.H0_H0, R0.H1_H1 ;"
+            "  /* 0x2000000003037231 */\n")
+    a = audit_sass(text, demangle_names=False)
+    assert [(f.kernel, f.opcode, f.count) for f in a.findings] == [("k", "HFMA2", 1)]
+
+
+def test_summarize():
+    a = audit("wmma_fp16")
+    line = summarize(a.findings)
+    assert "wmma_tile: HMMA.16816.F32 x2 (tensor core, fp16)" in line
+    assert summarize(()) == ""
+    many = a.findings * 5
+    assert summarize(many, limit=2).endswith("and 8 more")
+
+
+def test_disassemble_without_a_tool_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOKERNEL_CUOBJDUMP", str(tmp_path / "no-such-cuobjdump"))
+    with pytest.raises(SassUnavailable, match="cannot run"):
+        disassemble(tmp_path / "x.so")
+
+
+def test_build_folder_without_an_extension_is_named(tmp_path):
+    with pytest.raises(SassUnavailable, match=f"{tmp_path}: no built extension"):
+        audit_build_dirs([tmp_path], tool="/bin/true")
+
+
+NVCC = Path("/usr/local/cuda/bin/nvcc")
+
+
+@pytest.mark.skipif(not NVCC.is_file() or find_cuobjdump() is None,
+                    reason="needs nvcc and a cuobjdump")
+def test_live_extension_is_audited(tmp_path):
+    """A host library with embedded device code, as load_inline builds, compiled here."""
+    src = tmp_path / "ext.cu"
+    src.write_text("#include <cuda_fp16.h>\n"
+                   "__global__ void twice(const float* x, float* y) {\n"
+                   "  y[threadIdx.x] = __half2float(__float2half(x[threadIdx.x]) * "
+                   "__float2half(2.f)); }\n"
+                   "extern \"C\" void launch(const float* x, float* y) { twice<<<1, 32>>>(x, y); }\n")
+    subprocess.run([str(NVCC), "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-o",
+                    str(tmp_path / "ext.so"), str(src)], check=True, capture_output=True)
+    a = audit_build_dirs([tmp_path])
+    assert a.has_sass
+    names = {f.kernel for f in a.findings}
+    assert names == ({"twice(float const*, float*)"} if shutil.which("c++filt")
+                     else {"_Z5twicePKfPf"})
+    assert {f.opcode for f in a.findings} >= {"F2FP.F16.F32.PACK_AB", "HMUL2"}
