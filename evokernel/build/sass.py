@@ -217,6 +217,15 @@ def audit_build_dirs(build_dirs: Iterable[str | Path], tool: str | None = None) 
     return SassAudit(tuple(kernels), tuple(findings), total)
 
 
+def with_audit(detail: str, findings: Sequence[PrecisionFinding]) -> str:
+    """A verdict's ``detail`` with the audit's findings appended as evidence ("" findings: the
+    detail unchanged). The gate's numbers stay the judge; see the module docstring."""
+    if not findings:
+        return detail
+    note = f"SASS audit (evidence; the gate's numbers decide): below FP32: {summarize(findings)}"
+    return f"{detail}; {note}" if detail else note
+
+
 def summarize(findings: Sequence[PrecisionFinding], limit: int = 6) -> str:
     """The findings as one line: "kernel: OPCODE xN (kind, precision), ..." (at most ``limit``
     entries, then how many more); "" for none."""

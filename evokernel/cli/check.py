@@ -65,11 +65,23 @@ def format_result(res: Any) -> str:
     for c in res.checks:
         lines.append(f"  check {c.distribution:<13} seed {c.seed}: norm {c.norm_ratio:8.3g}x "
                      f"max {c.max_ratio:8.3g}x  {'pass' if c.passed else 'FAIL'}")
+    lines += audit_lines(res.precision_audit, res.flags)
     if res.flags:
         lines.append("flags:          " + ", ".join(res.flags))
     if res.log and not res.accepted:
         lines.append("log (tail):\n" + res.log[-3000:])
     return "\n".join(lines)
+
+
+def audit_lines(findings: Sequence[Any], flags: Sequence[str]) -> list[str]:
+    """The SASS precision audit (evokernel.build.sass) as lines: one per below-FP32 instruction
+    found, or the one flag saying it found none or could not run; [] when no audit was made."""
+    state = [f for f in flags if f.startswith(("sass_audit_unavailable", "sass_audit:"))]
+    if findings:
+        return ["SASS audit:     below-FP32 instructions (evidence; the gate's numbers decide):"] \
+            + [f"  {f.kernel}: {f.opcode} x{f.count} ({f.kind.replace('_', ' ')}, "
+               f"{f.precision})" for f in findings]
+    return [f"SASS audit:     {state[0].split(':', 1)[1].strip()}"] if state else []
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -145,6 +157,8 @@ def _build_only(files: list[tuple[Path, str]], total: int, arch: str | None, con
                                                             else ""))
         for e in r.errors:
             print(f"  {e}")
+        for line in audit_lines(r.precision_audit, r.flags):
+            print(f"  {line}")
     built = sum(r.ok for r in reports)
     print(f"{built} of {total} kernel file(s) built" + ("" if built == total else
                                                          f"; {total - built} did not"))

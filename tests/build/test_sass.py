@@ -136,3 +136,72 @@ def test_live_extension_is_audited(tmp_path):
     assert names == ({"twice(float const*, float*)"} if shutil.which("c++filt")
                      else {"_Z5twicePKfPf"})
     assert {f.opcode for f in a.findings} >= {"F2FP.F16.F32.PACK_AB", "HMUL2"}
+
+
+def fake_cuobjdump(tmp_path: Path, fixture: str) -> str:
+    """A stand-in cuobjdump that prints a committed fixture's SASS, whatever file it is given."""
+    tool = tmp_path / "cuobjdump"
+    tool.write_text(f"#!/bin/sh\ncat {SASS / (fixture + '.sass')}\n")
+    tool.chmod(0o755)
+    return str(tool)
+
+
+@pytest.mark.parametrize("fixture, findings, flag", [
+    ("wmma_fp16", 2, "sass_below_fp32:fp16"),
+    ("tf32_bf16", 3, "sass_below_fp32:bf16,tf32"),
+    ("fp32_only", 0, "sass_audit: no instruction below FP32 in 4 kernel(s)"),
+])
+def test_builder_audit_of_build_folders(tmp_path, monkeypatch, fixture, findings, flag):
+    from evokernel.build.builder import sass_audit
+    monkeypatch.setenv("EVOKERNEL_CUOBJDUMP", fake_cuobjdump(tmp_path, fixture))
+    ext = tmp_path / "builds" / "k"
+    ext.mkdir(parents=True)
+    (ext / "ext_abc.so").write_bytes(b"\x7fELF")
+    got, flags = sass_audit([str(ext)])
+    assert len(got) == findings and flags == (flag,)
+    assert sass_audit([]) == ((), ())
+
+
+def test_builder_audit_unavailable_is_a_flag_not_an_error(tmp_path, monkeypatch):
+    from evokernel.build.builder import sass_audit
+    monkeypatch.setenv("EVOKERNEL_CUOBJDUMP", "/bin/false")
+    (tmp_path / "e.so").write_bytes(b"")
+    got, flags = sass_audit([str(tmp_path)])
+    assert got == () and len(flags) == 1
+    assert flags[0].startswith(f"sass_audit_unavailable: {tmp_path / 'e.so'}: cuobjdump exited")
+
+
+def test_with_audit_appends_evidence_to_the_detail():
+    from evokernel.build.sass import with_audit
+    f = audit("wmma_fp16").findings
+    assert with_audit("accepted: norm ratio 1.2", ()) == "accepted: norm ratio 1.2"
+    got = with_audit("accepted: norm ratio 1.2", f)
+    assert got.startswith("accepted: norm ratio 1.2; SASS audit (evidence; the gate's numbers "
+                          "decide): below FP32: wmma_tile: ")
+    assert with_audit("", f).startswith("SASS audit")
+
+
+def test_audit_is_kept_in_the_result_record_and_printed():
+    """The findings survive the run store's JSON and show in check's, show's and report's text."""
+    from evokernel.cli.check import audit_lines, format_result
+    from evokernel.records import EvalResult, Reason, Verdict
+    from evokernel.runs.view import Entry, audit_text
+    f = audit("wmma_fp16").findings
+    r = EvalResult("c1", Verdict.REJECT, Reason.LOWER_PRECISION, "matches fp16",
+                   precision_audit=f, flags=("sass_below_fp32:fp16",))
+    back = EvalResult.from_dict(r.to_dict())
+    assert back.precision_audit == f
+    text = format_result(back)
+    assert "SASS audit:" in text and "wmma_tile: HMMA.16816.F32 x2 (tensor core, fp16)" in text
+    clean = EvalResult("c2", Verdict.ACCEPT, Reason.OK,
+                       flags=("sass_audit: no instruction below FP32 in 1 kernel(s)",))
+    assert audit_lines((), clean.flags) == ["SASS audit:     no instruction below FP32 in 1 "
+                                            "kernel(s)"]
+    assert audit_lines((), ()) == []
+    from evokernel.records import Candidate
+    cand = Candidate(source="x")
+    assert audit_text(Entry(cand, back)).startswith(
+        "below FP32 (evidence; the gate's numbers decide): wmma_tile")
+    assert audit_text(Entry(cand, clean)) == "no instruction below FP32 in 1 kernel(s)"
+    assert audit_text(Entry(cand, EvalResult("c3", Verdict.ACCEPT, Reason.OK))) is None
+    assert audit_text(Entry(cand, None)) is None
