@@ -3,6 +3,9 @@
     add_parsers(sub)   the three subcommands
     cmd_show, cmd_report, cmd_export
 
+`export RUN_DIR -o FILE` writes the best kernel as a candidate file; `export RUN_DIR --op NAME
+-o DIR` writes it as an installable PyTorch custom operator package (evokernel.report.export_op).
+
 A folder whose run store is missing, empty, foreign or corrupt is refused by evokernel.runs.store
 with a ConfigError naming the file (exit status 2).
 """
@@ -31,9 +34,18 @@ def add_parsers(sub: Any) -> dict[str, argparse.ArgumentParser]:
                     help="report folder (none: ./NAME-report, NAME the run folder's name)")
     rp.set_defaults(func=cmd_report)
 
-    ex = sub.add_parser("export", help="write a run's best kernel as a candidate file")
+    ex = sub.add_parser("export", help="write a run's best kernel as a candidate file, or "
+                        "(--op NAME) as a PyTorch custom operator package",
+                        description="Without --op: the best kernel as a standalone candidate "
+                        "file. With --op NAME: a package (folder) holding the op "
+                        "evokernel::NAME (torch.library.custom_op with a fake implementation "
+                        "for torch.compile, the problem's shapes and dtypes checked), a usage "
+                        "example and the `evokernel check` commands that reproduce its verdict.")
     ex.add_argument("run_dir", metavar="RUN_DIR", help=RUN_DIR_HELP)
-    ex.add_argument("-o", "--output", required=True, help="the kernel file to write")
+    ex.add_argument("-o", "--output", required=True,
+                    help="the kernel file to write; with --op, the package folder (new or empty)")
+    ex.add_argument("--op", metavar="NAME",
+                    help="export as the custom operator evokernel::NAME (lower-case, e.g. softmax)")
     ex.set_defaults(func=cmd_export)
     return {"show": s, "report": rp, "export": ex}
 
@@ -57,6 +69,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from evokernel.records import Candidate
     from evokernel.runs.store import RunStore
 
+    if args.op:
+        return _export_op(args)
     store = RunStore(args.run_dir, read_only=True)
     try:
         out = store.export_best(args.output)
@@ -71,4 +85,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     if rejected is not None:
         raise EvokernelError(f"{out}: the exported file does not load: {rejected.detail}")
     print(f"exported: {out}  (check it: evokernel check {problem} {out})")
+    return 0
+
+
+def _export_op(args: argparse.Namespace) -> int:
+    """`export --op`: the package, then the lines that say how to use and check it."""
+    from evokernel.report.export_op import export_op
+    out = export_op(args.run_dir, args.op, args.output)
+    if out is None:
+        print(f"evokernel: {args.run_dir}: no kernel was accepted, nothing to export",
+              file=sys.stderr)
+        return 1
+    print(f"exported: {out}  (the op evokernel::{args.op}; package {out / args.op})\n"
+          f"  use it:   cd {out} && python example.py      (or pip install {out})\n"
+          f"  check it: evokernel check {out / args.op / 'reference.py'} "
+          f"{out / args.op / 'kernel.py'} [--sanitize] [--robustness]")
     return 0
