@@ -39,6 +39,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "GPU's, else TORCH_CUDA_ARCH_LIST's last, else 9.0, the H200's)")
     c.add_argument("--json", help="also write the verdicts to this JSON file "
                    "(`suite --from-checks` reads it)")
+    c.add_argument("--sanitize", action="store_true",
+                   help="after the gate (GPU): one call under compute-sanitizer memcheck and "
+                   "racecheck, and a determinism check (the same inputs several times); "
+                   "a memcheck or racecheck error makes the exit status 1")
+    c.add_argument("--robustness", action="store_true",
+                   help="after the gate (GPU): error ratios on half, double and odd sizes and "
+                   "on non-contiguous inputs, each marked pass, fail or 'shape not "
+                   "supported' (information, not part of the verdict)")
     options.add_eval_arguments(c)
     c.set_defaults(func=cmd_check)
     return c
@@ -94,6 +102,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise EvokernelError("--json records gate verdicts, which --build-only does not reach")
     if args.arch and not args.build_only:
         raise EvokernelError("--arch is for --build-only (a GPU check builds for its GPU)")
+    extra = [f for f, on in (("--sanitize", args.sanitize), ("--robustness", args.robustness))
+             if on]
+    if extra and args.build_only:
+        raise EvokernelError(f"{' '.join(extra)} run the kernel on a GPU, which --build-only "
+                             "does not use")
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise EvokernelError(f"--json {args.json}: its folder does not exist")
     config = options.eval_config(args)           # bad flags are named before the GPU check
@@ -109,17 +122,47 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"no kernel file to gate: every file has a fault ({len(kernels)} named above)")
         _write_json(args.json, problem, {}, dict(zip(kernels, sources)), faults, {})
         return 1
+    from evokernel.cli.extra_checks import require_gpu_for
+    require_gpu_for(extra)
     options.require_gpu()
     results, info = _evaluate(problem, good, config)
     print(f"problem:        {problem.name} ({problem.path})\ndevice:         {info.get('device')}"
           f" (torch {info.get('torch')}, CUDA {info.get('cuda')})")
+    sanitize_failed = False
     for k in kernels:
         print(f"\nkernel:         {k}")
         print(format_result(results[k]) if k in results else
               "verdict:        reject (named above, not sent to the GPU)")
+        if k in results and extra and results[k].reason.value not in NOT_RUNNABLE:
+            sanitize_failed |= _extra_reports(args, problem, k, config)
     _write_json(args.json, problem, info, dict(zip(kernels, sources)), faults, results)
     return 0 if len(results) == len(kernels) and all(r.accepted for r in results.values()) \
-        else 1
+        and not sanitize_failed else 1
+
+
+#: Verdicts after which there is no kernel to run for --sanitize or --robustness.
+NOT_RUNNABLE = ("no_code", "build_error", "build_timeout", "load_error")
+
+
+def _extra_reports(args: argparse.Namespace, problem: Any, kernel: Path, config: Any) -> bool:
+    """Print --sanitize's and --robustness's reports for one kernel (evokernel.cli.extra_checks).
+    Returns: whether compute-sanitizer reported an error."""
+    from evokernel.build.builder import device_arch
+    from evokernel.cli.extra_checks import robustness, sanitize_kernel
+    from evokernel.gate.robust import format_rows
+    from evokernel.gate.sanitize import format_sanitize
+    arch, failed = device_arch(), False
+    if args.sanitize:
+        result = sanitize_kernel(Path(problem.path), kernel, config.cache_path, arch)
+        print("sanitize (compute-sanitizer, then the same inputs 5 times):")
+        print("\n".join("  " + line for line in format_sanitize(result)))
+        failed = result.failed
+    if args.robustness:
+        rows = robustness(Path(problem.path), kernel, config.cache_path, arch,
+                          tolerance=config.gate.tolerance_factor)
+        print("robustness (information, not part of the verdict):")
+        print("\n".join(format_rows(rows)) if isinstance(rows, list) else f"  {rows}")
+    return failed
 
 
 def _evaluate(problem: Any, files: Sequence[tuple[Path, str]], config: Any
