@@ -226,6 +226,21 @@ def with_audit(detail: str, findings: Sequence[PrecisionFinding]) -> str:
     return f"{detail}; {note}" if detail else note
 
 
+def audit_text(findings: Sequence[PrecisionFinding], flags: Sequence[str]) -> str | None:
+    """The audit recorded in a result (its ``precision_audit`` and flags) as one line for
+    ``show``, ``report`` and exported packages: "below FP32 (evidence; ...): kernel: OPCODE xN
+    (kind, format); ...", "no instruction below FP32 in N kernel(s)", "not available: why";
+    None when the result records no audit (an older run, a failed build)."""
+    if findings:
+        return f"below FP32 (evidence; the gate's numbers decide): {summarize(findings)}"
+    for f in flags:
+        if f.startswith("sass_audit:"):
+            return f.split(":", 1)[1].strip()
+        if f.startswith("sass_audit_unavailable:"):
+            return "not available: " + f.split(":", 1)[1].strip()
+    return None
+
+
 def summarize(findings: Sequence[PrecisionFinding], limit: int = 6) -> str:
     """The findings as one line: "kernel: OPCODE xN (kind, precision), ..." (at most ``limit``
     entries, then how many more); "" for none."""

@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from evokernel.build.sass import audit_text
 from evokernel.errors import ConfigError, EvokernelError
 from evokernel.report import op_templates
 
@@ -140,15 +141,6 @@ def _verdict_lines(res: Any, device: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _audit_text(res: Any) -> str:
-    if res.precision_audit:
-        return "; ".join(f"{f.kernel}: {f.opcode} x{f.count} ({f.kind.replace('_', ' ')}, "
-                         f"{f.precision})" for f in res.precision_audit)
-    state = [f.split(":", 1)[1].strip() for f in res.flags
-             if f.startswith(("sass_audit:", "sass_audit_unavailable:"))]
-    return state[0] if state else "not recorded in the run (rerun check to audit it)"
-
-
 def export_op(run_dir: str | Path, op: str, out_dir: str | Path) -> Path | None:
     """Write the best accepted kernel of ``run_dir`` as the package ``out_dir`` (module
     docstring). Returns: ``out_dir``, or None when the run accepted no kernel.
@@ -195,5 +187,6 @@ def export_op(run_dir: str | Path, op: str, out_dir: str | Path) -> Path | None:
     shapes += (f"\n- returns {spec['output']['dtype']} {spec['output']['shape']}")
     (out / "README.md").write_text(op_templates.README.substitute(
         op=op, problem=problem, run=run_dir.name, candidate=cand.id,
-        verdict="\n".join(_verdict_lines(res, device)), shapes=shapes, audit=_audit_text(res)))
+        verdict="\n".join(_verdict_lines(res, device)), shapes=shapes, audit=audit_text(res.precision_audit, res.flags)
+        or "not recorded in the run (check the kernel again to audit it)"))
     return out

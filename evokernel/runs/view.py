@@ -258,27 +258,6 @@ def kernel_text(view: RunView, e: Entry) -> str:
     return text
 
 
-def audit_text(e: Entry | None) -> str | None:
-    """The SASS precision audit of one entry's build (evokernel.build.sass), as ``show`` and
-    ``report`` print it: "below FP32: kernel: OPCODE xN (kind, format); ..." (evidence beside
-    the gate's numbers, which decide), "no instruction below FP32 in N kernel(s)", "not
-    available: why"; None when its result records no audit (an older run, a failed build)."""
-    r = e.result if e is not None else None
-    if r is None:
-        return None
-    if r.precision_audit:
-        parts = [f"{f.kernel}: {f.opcode} x{f.count} ({f.kind.replace('_', ' ')}, "
-                 f"{f.precision})" for f in r.precision_audit[:6]]
-        more = f"; and {len(r.precision_audit) - 6} more" if len(r.precision_audit) > 6 else ""
-        return "below FP32 (evidence; the gate's numbers decide): " + "; ".join(parts) + more
-    for f in r.flags:
-        if f.startswith("sass_audit:"):
-            return f.split(":", 1)[1].strip()
-        if f.startswith("sass_audit_unavailable:"):
-            return "not available: " + f.split(":", 1)[1].strip()
-    return None
-
-
 def floor_text(view: RunView) -> str:
     """The run's floors: the memory floor (the one bound) and the FP32 compute reference, each
     named, and which one the reference's algorithm is bound by; "-" when not measured."""

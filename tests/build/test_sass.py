@@ -185,7 +185,7 @@ def test_audit_is_kept_in_the_result_record_and_printed():
     """The findings survive the run store's JSON and show in check's, show's and report's text."""
     from evokernel.cli.check import audit_lines, format_result
     from evokernel.records import EvalResult, Reason, Verdict
-    from evokernel.runs.view import Entry, audit_text
+    from evokernel.build.sass import audit_text
     f = audit("wmma_fp16").findings
     r = EvalResult("c1", Verdict.REJECT, Reason.LOWER_PRECISION, "matches fp16",
                    precision_audit=f, flags=("sass_below_fp32:fp16",))
@@ -198,10 +198,36 @@ def test_audit_is_kept_in_the_result_record_and_printed():
     assert audit_lines((), clean.flags) == ["SASS audit:     no instruction below FP32 in 1 "
                                             "kernel(s)"]
     assert audit_lines((), ()) == []
-    from evokernel.records import Candidate
-    cand = Candidate(source="x")
-    assert audit_text(Entry(cand, back)).startswith(
+    assert audit_text(back.precision_audit, back.flags).startswith(
         "below FP32 (evidence; the gate's numbers decide): wmma_tile")
-    assert audit_text(Entry(cand, clean)) == "no instruction below FP32 in 1 kernel(s)"
-    assert audit_text(Entry(cand, EvalResult("c3", Verdict.ACCEPT, Reason.OK))) is None
-    assert audit_text(Entry(cand, None)) is None
+    assert audit_text((), clean.flags) == "no instruction below FP32 in 1 kernel(s)"
+    assert audit_text((), ("sass_audit_unavailable: x.so: no cuobjdump",)) == \
+        "not available: x.so: no cuobjdump"
+    assert audit_text((), ("arch: sm_70 -> sm_90",)) is None
+
+
+def test_show_and_report_print_the_best_kernels_audit(tmp_path, capsys):
+    import dataclasses
+
+    from evokernel.cli.main import main
+    from evokernel.config import RunConfig
+    from evokernel.problem import Problem
+    from evokernel.report.write import write_report
+    from evokernel.runs.store import RunStore
+    from tests.support.runstores import accepted, kernel
+    run = tmp_path / "run"
+    store = RunStore.create(run, RunConfig(run_dir=str(run)),
+                            Problem(name="toy", path=tmp_path / "t.py", source="#\n"))
+    c = kernel("k", "wmma tiles")
+    store.add_candidate(c)
+    store.add_result(dataclasses.replace(accepted(c, 1.0),
+                                         precision_audit=audit("wmma_fp16").findings,
+                                         flags=("sass_below_fp32:fp16",)))
+    store.close()
+    assert main(["show", str(run)]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())   # rich wraps lines
+    assert "SASS audit below FP32 (evidence; the gate's numbers decide): wmma_tile: " \
+           "F2FP.F16.F32.PACK_AB x2 (conversion, fp16); wmma_tile: HMMA.16816.F32 x2 " \
+           "(tensor core, fp16)" in out
+    md = write_report(run, tmp_path / "rep").read_text()
+    assert "best kernel: SASS audit" in md and "HMMA.16816.F32 x2" in md
