@@ -11,6 +11,7 @@ loads the cache. Those names are re-exported here (``__all__``), so
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from loguru import logger
 
 from evokernel.errors import ConfigError
+from evokernel.jsonfile import write_json_atomic
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, extension_key,
                                        load_candidate, patched_load_inline, rewrite_arch_flags,
                                        toolchain, toolkit_header_fallbacks)
@@ -213,7 +215,7 @@ class Builder:
         if done.is_file():
             r = json.loads(done.read_text())
             if r["ok"] and all((Path(d) / MARKER).is_file() for d in r["build_dirs"]):
-                findings, notes = sass_audit(r["build_dirs"]) if self.audit else ((), ())
+                findings, notes = self.audit_build(work, r["build_dirs"])
                 return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
                                    "", tuple(r["build_dirs"]), tuple(r["flags"]) + notes,
                                    resources_from_json(r.get("resources")), findings)
@@ -247,12 +249,32 @@ class Builder:
         if not r["ok"]:
             done.unlink(missing_ok=True)             # never a cache hit for a failure
         logger.debug(f"candidate {candidate.id}: ok={r['ok']} in {build_s:.1f} s")
-        findings, notes = sass_audit(r["build_dirs"]) if r["ok"] and self.audit else ((), ())
+        findings, notes = self.audit_build(work, r["build_dirs"]) if r["ok"] else ((), ())
         return BuildResult(candidate.id, r["ok"], None if r["ok"] else Reason.BUILD_ERROR,
                            build_s, bool(r["ok"] and r["cache_hit"]), _tail(log),
                            tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry) + notes,
                            resources_from_json(r.get("resources")) if r["ok"] else (),
                            findings)
+
+    def audit_build(self, work: Path, build_dirs: Sequence[str]
+                 ) -> tuple[tuple[PrecisionFinding, ...], tuple[str, ...]]:
+        """sass_audit of a successful build, kept in ``work/sass_audit.json`` so that a cache
+        hit does not disassemble again (an audit that could not run is not kept)."""
+        if not self.audit:
+            return (), ()
+        kept = work / "sass_audit.json"
+        try:
+            data = json.loads(kept.read_text())
+            return (tuple(PrecisionFinding(**f) for f in data["findings"]),
+                    tuple(data["flags"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        findings, notes = sass_audit(build_dirs)
+        if not any(n.startswith("sass_audit_unavailable") for n in notes):
+            with contextlib.suppress(OSError):
+                write_json_atomic(kept, {"findings": [dataclasses.asdict(f) for f in findings],
+                                         "flags": list(notes)})
+        return findings, notes
 
     def _run(self, work: Path, trim: bool, spent_s: float = 0.0) -> tuple[bool, int | None]:
         """Run the build entry point in a session of its own, with ``timeout_s - spent_s`` left;

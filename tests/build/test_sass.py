@@ -231,3 +231,20 @@ def test_show_and_report_print_the_best_kernels_audit(tmp_path, capsys):
            "(tensor core, fp16)" in out
     md = write_report(run, tmp_path / "rep").read_text()
     assert "best kernel: SASS audit" in md and "HMMA.16816.F32 x2" in md
+
+
+def test_the_builder_keeps_an_audit_for_the_next_cache_hit(tmp_path, monkeypatch):
+    from evokernel.build.builder import Builder
+    monkeypatch.setenv("EVOKERNEL_CUOBJDUMP", fake_cuobjdump(tmp_path, "half_arith"))
+    ext, work = tmp_path / "builds" / "k", tmp_path / "candidates" / "c"
+    ext.mkdir(parents=True)
+    work.mkdir(parents=True)
+    (ext / "ext.so").write_bytes(b"")
+    with Builder(tmp_path, arch="9.0", timeout_s=10, workers=1) as b:
+        first = b.audit_build(work, [str(ext)])
+        assert [f.opcode for f in first[0]][:2] == ["F2FP.F16.F32.PACK_AB", "HFMA2"]
+        assert (work / "sass_audit.json").is_file()
+        monkeypatch.setenv("EVOKERNEL_CUOBJDUMP", "/bin/false")        # not run again
+        assert b.audit_build(work, [str(ext)]) == first
+    with Builder(tmp_path, arch="9.0", timeout_s=10, workers=1, audit=False) as b:
+        assert b.audit_build(tmp_path / "elsewhere", [str(ext)]) == ((), ())
