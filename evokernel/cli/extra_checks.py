@@ -29,16 +29,17 @@ from evokernel.gate.sanitize import (SANITIZER_ENV, TOOLS, SanitizeResult, Sanit
 TARGET_TIMEOUT_S = 600.0
 
 
-def require_gpu_for(flags: Sequence[str], gpu_visible: bool | None = None) -> None:
-    """Raises: NoGPUError naming ``flags`` and what they run, when no CUDA GPU is visible
-    (``gpu_visible``: the answer to use instead of asking PyTorch)."""
+def require_gpu_for(flags: Sequence[str], gpu_visible: bool | None = None,
+                    command: str = "check") -> None:
+    """Raises: NoGPUError naming ``command`` and ``flags`` and what they run, when no CUDA GPU
+    is visible (``gpu_visible``: the answer to use instead of asking PyTorch)."""
     if gpu_visible is None:
         import torch
         gpu_visible = torch.cuda.is_available()
     if gpu_visible or not flags:
         return
     raise NoGPUError(
-        f"evokernel check {' '.join(flags)}: runs the kernel on a CUDA GPU (--sanitize: under "
+        f"evokernel {command} {' '.join(flags)}: runs the kernel on a CUDA GPU (--sanitize: under "
         "compute-sanitizer memcheck and racecheck, then several times for determinism; "
         "--robustness: on other sizes and non-contiguous inputs), and PyTorch sees no GPU on "
         "this machine. Run it on the GPU machine; here `evokernel check --build-only` compiles "

@@ -107,3 +107,15 @@ def test_robustness_reads_the_targets_rows(tmp_path, monkeypatch):
                         lambda cmd, out, timeout_s, env=None: (1, "boom", None))
     assert robustness(PROBLEM, KERNEL, tmp_path, "9.0", tolerance=16.0) == \
         "the robustness run ended with status 1 and no result: boom"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a GPU-less host")
+def test_export_checks_without_a_gpu_write_nothing(tmp_path, capsys):
+    from tests.support.runstores import RECORDED
+    out = tmp_path / "op"
+    assert main(["export", str(RECORDED), "--op", "softmax", "-o", str(out), "--sanitize"]) == 2
+    assert capsys.readouterr().err.startswith("evokernel export --op --sanitize: runs the "
+                                              "kernel on a CUDA GPU")
+    assert not out.exists()
+    assert main(["export", str(RECORDED), "-o", str(tmp_path / "k.py"), "--robustness"]) == 2
+    assert "--sanitize and --robustness go with --op" in capsys.readouterr().err
