@@ -128,14 +128,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     results, info = _evaluate(problem, good, config)
     print(f"problem:        {problem.name} ({problem.path})\ndevice:         {info.get('device')}"
           f" (torch {info.get('torch')}, CUDA {info.get('cuda')})")
-    sanitize_failed = False
+    sanitize_failed, reports = False, {}
     for k in kernels:
         print(f"\nkernel:         {k}")
         print(format_result(results[k]) if k in results else
               "verdict:        reject (named above, not sent to the GPU)")
         if k in results and extra and results[k].reason.value not in NOT_RUNNABLE:
-            sanitize_failed |= _extra_reports(args, problem, k, config)
-    _write_json(args.json, problem, info, dict(zip(kernels, sources)), faults, results)
+            failed, reports[k] = extra_reports(args, problem, k, config)
+            sanitize_failed |= failed
+    _write_json(args.json, problem, info, dict(zip(kernels, sources)), faults, results,
+                reports)
     return 0 if len(results) == len(kernels) and all(r.accepted for r in results.values()) \
         and not sanitize_failed else 1
 
@@ -144,25 +146,30 @@ def cmd_check(args: argparse.Namespace) -> int:
 NOT_RUNNABLE = ("no_code", "build_error", "build_timeout", "load_error")
 
 
-def _extra_reports(args: argparse.Namespace, problem: Any, kernel: Path, config: Any) -> bool:
+def extra_reports(args: argparse.Namespace, problem: Any, kernel: Path, config: Any
+                   ) -> tuple[bool, dict[str, Any]]:
     """Print --sanitize's and --robustness's reports for one kernel (evokernel.cli.extra_checks).
-    Returns: whether compute-sanitizer reported an error."""
+    Returns: (whether compute-sanitizer reported an error, the reports as JSON-ready data)."""
+    import dataclasses
     from evokernel.build.builder import device_arch
     from evokernel.cli.extra_checks import robustness, sanitize_kernel
     from evokernel.gate.robust import format_rows
     from evokernel.gate.sanitize import format_sanitize
-    arch, failed = device_arch(), False
+    arch, failed, data = device_arch(), False, {}
     if args.sanitize:
         result = sanitize_kernel(Path(problem.path), kernel, config.cache_path, arch)
         print("sanitize (compute-sanitizer, then the same inputs 5 times):")
         print("\n".join("  " + line for line in format_sanitize(result)))
         failed = result.failed
+        data["sanitize"] = dict(dataclasses.asdict(result), failed=failed)
     if args.robustness:
         rows = robustness(Path(problem.path), kernel, config.cache_path, arch,
                           tolerance=config.gate.tolerance_factor)
         print("robustness (information, not part of the verdict):")
         print("\n".join(format_rows(rows)) if isinstance(rows, list) else f"  {rows}")
-    return failed
+        data["robustness"] = [dataclasses.asdict(r) for r in rows] \
+            if isinstance(rows, list) else rows
+    return failed, data
 
 
 def _evaluate(problem: Any, files: Sequence[tuple[Path, str]], config: Any
@@ -210,8 +217,9 @@ def _build_only(files: list[tuple[Path, str]], total: int, arch: str | None, con
 
 def _write_json(path: str | None, problem: Any, info: dict[str, Any],
                 sources: dict[Path, str], faults: dict[Path, list[Fault]],
-                results: dict[Path, Any]) -> None:
-    """``check --json``: each file's verdict; a file with a fault is a rejection naming it."""
+                results: dict[Path, Any], reports: dict[Path, Any] | None = None) -> None:
+    """``check --json``: each file's verdict (with its --sanitize and --robustness reports,
+    when made); a file with a fault is a rejection naming it."""
     if not path:
         return
     from evokernel.records import Candidate, EvalResult
@@ -223,7 +231,7 @@ def _write_json(path: str | None, problem: Any, info: dict[str, Any],
             r = EvalResult.failure(Candidate(source=src).id, first.reason, str(first))
         entries.append(dict(r.to_dict(), kernel=str(k), speedup=r.speedup,
                             compile_speedup=r.compile_speedup, pct_of_floor=r.pct_of_floor,
-                            faults=[str(f) for f in faults[k]]))
+                            faults=[str(f) for f in faults[k]], **(reports or {}).get(k, {})))
     Path(path).write_text(json.dumps({"problem": problem.name, "device": info,
                                       "kernels": entries}, indent=2))
 

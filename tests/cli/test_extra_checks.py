@@ -119,3 +119,37 @@ def test_export_checks_without_a_gpu_write_nothing(tmp_path, capsys):
     assert not out.exists()
     assert main(["export", str(RECORDED), "-o", str(tmp_path / "k.py"), "--robustness"]) == 2
     assert "--sanitize and --robustness go with --op" in capsys.readouterr().err
+
+
+def test_check_prints_and_records_the_reports(tmp_path, monkeypatch, capsys):
+    """check's part after the gate, with the runs themselves stood in for."""
+    import argparse
+    import json
+
+    from evokernel.cli import check
+    from evokernel.config import EvalConfig
+    from evokernel.gate.robust import RobustRow
+    from evokernel.gate.sanitize import SanitizeResult, parse_sanitizer
+    from evokernel.problem import load_problem
+    race = parse_sanitizer((SAMPLES / "racecheck_race.txt").read_text(), "racecheck", 0)
+    monkeypatch.setattr("evokernel.cli.extra_checks.sanitize_kernel",
+                        lambda *a, **k: SanitizeResult([race], None, "no GPU"))
+    monkeypatch.setattr("evokernel.cli.extra_checks.robustness", lambda *a, **k: [
+        RobustRow("odd leading size", "[5]", "shape not supported", detail="raised ...")])
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    args = argparse.Namespace(sanitize=True, robustness=True)
+    problem = load_problem(PROBLEM)
+    failed, data = check.extra_reports(args, problem, KERNEL, EvalConfig())
+    out = capsys.readouterr().out
+    assert failed and "racecheck:      1 error(s), 1 warning(s)" in out
+    assert "odd leading size  shape not supported  inputs [5]: raised ..." in out
+    assert data["sanitize"]["failed"] and data["robustness"][0]["mark"] == "shape not supported"
+    json.dumps(data)                                   # --json can hold it
+    from evokernel.records import Candidate, EvalResult, Reason, Verdict
+    r = EvalResult(Candidate(source="x").id, Verdict.ACCEPT, Reason.OK)
+    path = tmp_path / "v.json"
+    check._write_json(str(path), problem, {}, {KERNEL: "x"}, {KERNEL: []}, {KERNEL: r},
+                      {KERNEL: data})
+    entry = json.loads(path.read_text())["kernels"][0]
+    assert entry["sanitize"]["reports"][0]["errors"] == 1
+    assert entry["robustness"][0]["variant"] == "odd leading size"
