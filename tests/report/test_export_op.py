@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import sys
 import uuid
@@ -183,3 +184,21 @@ def test_forward_names():
     assert forward_names(SCALED, 3) == ["x0", "x1", "x2"]
     assert forward_names("class Model:\n    def forward(self, args): pass\n", 1) == ["x0"]
     assert forward_names("not python (", 1) == ["x0"]
+
+
+def test_the_examples_error_ratio_is_the_gates(softmax_package):
+    """example.py's comparison: PyTorch's own FP32 error gives 1 (or less, at the floor), an
+    FP16 result thousands."""
+    out, op, _ = softmax_package
+    sys.path.insert(0, str(out))
+    try:
+        spec = importlib.util.spec_from_file_location(f"example_{op}", out / "example.py")
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+    finally:
+        sys.path.remove(str(out))
+    truth = torch.randn(4096, dtype=torch.float64) * 3
+    fp32 = truth.float()
+    assert example.error_ratio(fp32, fp32, truth) <= 1.0
+    assert example.error_ratio(truth.half().float(), fp32, truth) > 1000
+    assert isinstance(example.Wrapped(), torch.nn.Module)
