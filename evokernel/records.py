@@ -165,6 +165,26 @@ class KernelResources:
 
 
 @dataclass(frozen=True)
+class PrecisionFinding:
+    """Machine instructions below FP32 in one compiled kernel, found by the SASS audit
+    (evokernel.build.sass: ``cuobjdump --dump-sass`` of the built extension).
+
+    kernel: the (demangled) kernel name; opcode: the SASS opcode with its modifiers, e.g.
+    "HMMA.16816.F32" or "F2FP.F16.F32.PACK_AB"; kind: "tensor_core" (HMMA, HGMMA, IMMA, ...),
+    "conversion" (to a narrower format), "half_arith" (packed FP16/BF16 arithmetic such as
+    HFMA2) or "widen" (FP16/BF16 data widened to FP32, a sign that half data exists);
+    precision: the narrow format ("fp16", "bf16", "tf32", "fp8", "int8", "int4", "b1");
+    count: how many such instructions the kernel holds (static count, not executions).
+    """
+
+    kernel: str
+    opcode: str
+    kind: str
+    precision: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
 class KernelProfile:
     """A few Nsight Compute metrics of one kernel of a profiled candidate call
     (evokernel.engine.ncu; ``ncu --clock-control none``), merged over its ``launches``.
@@ -198,7 +218,9 @@ class EvalResult:
     compute reference shown beside it, never a reason to reject (a kernel may do less work).
     ``kernels`` holds the per-kernel GPU times of one profiled call; ``resources`` the
     ``ptxas -v`` report of the candidate's kernels, when known; ``profile`` a few Nsight Compute
-    metrics per kernel when the run profiles (``--profile``; evokernel.engine.ncu).
+    metrics per kernel when the run profiles (``--profile``; evokernel.engine.ncu);
+    ``precision_audit`` the below-FP32 instructions the SASS audit found in the candidate's
+    built extension (evidence beside the gate's numbers, which decide; evokernel.build.sass).
     Error ratios are the worst over all checks; ``tolerance_factor`` is the bound they must meet.
     ``eval_s`` is the wall seconds the GPU worker spent on the candidate (load, gate, anti-cheat
     checks, timing); ``time_s`` the part of it in the timing loop (reference and candidate
@@ -228,6 +250,7 @@ class EvalResult:
     kernels: tuple[KernelTime, ...] = ()
     resources: tuple[KernelResources, ...] = ()
     profile: tuple[KernelProfile, ...] = ()
+    precision_audit: tuple[PrecisionFinding, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -266,6 +289,7 @@ class EvalResult:
         d["kernels"] = [dataclasses.asdict(k) for k in self.kernels]
         d["resources"] = [dataclasses.asdict(r) for r in self.resources]
         d["profile"] = [dataclasses.asdict(p) for p in self.profile]
+        d["precision_audit"] = [dataclasses.asdict(p) for p in self.precision_audit]
         return d
 
     @classmethod
@@ -278,6 +302,8 @@ class EvalResult:
         d["kernels"] = tuple(KernelTime(**k) for k in d.get("kernels", ()))
         d["resources"] = tuple(KernelResources(**r) for r in d.get("resources", ()))
         d["profile"] = tuple(KernelProfile(**p) for p in d.get("profile", ()))
+        d["precision_audit"] = tuple(PrecisionFinding(**p)
+                                     for p in d.get("precision_audit", ()))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

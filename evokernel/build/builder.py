@@ -16,6 +16,7 @@ the same as for a load_inline build.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -34,12 +35,14 @@ from loguru import logger
 
 from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
+from evokernel.jsonfile import write_json_atomic
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, extension_key,
                                        load_candidate, patched_load_inline, rewrite_arch_flags,
                                        toolchain, toolkit_header_fallbacks)
 from evokernel.build.ptxas import resources_from_json
 from evokernel.build.publish import publish
-from evokernel.records import Candidate, KernelResources, Reason
+from evokernel.build.sass import SassUnavailable, audit_build_dirs
+from evokernel.records import Candidate, KernelResources, PrecisionFinding, Reason
 from evokernel.sandbox import worker_env
 
 if TYPE_CHECKING:
@@ -89,6 +92,9 @@ class BuildResult:
         "import_error_after_build: ...", "deferred_build: ...".
     resources: the ``ptxas -v`` report of the candidate's kernels (evokernel.build.ptxas);
         () for a failed build, or an extension built before the report was kept.
+    precision_audit: the below-FP32 instructions in the built extensions' SASS
+        (evokernel.build.sass); the audit's state is in ``flags`` (``sass_below_fp32:...``,
+        ``sass_audit_unavailable: ...``, ``sass_audit: no SASS ...``).
     """
 
     candidate_id: str
@@ -100,6 +106,28 @@ class BuildResult:
     build_dirs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
     resources: tuple[KernelResources, ...] = ()
+    precision_audit: tuple[PrecisionFinding, ...] = ()
+
+
+def sass_audit(build_dirs: Sequence[str]
+               ) -> tuple[tuple[PrecisionFinding, ...], tuple[str, ...]]:
+    """The SASS audit of a successful build's extension folders, as (findings, flags): the flag
+    ``sass_below_fp32:P1,P2`` names the narrow formats found; ``sass_audit: no instruction
+    below FP32 ...`` when none was; ``sass_audit_unavailable: why``
+    when the SASS could not be read; ``sass_audit: no SASS ...`` when the extensions hold none
+    (PTX only). Nothing for a build without extensions (no load_inline). Never raises."""
+    if not build_dirs:
+        return (), ()
+    try:
+        audit = audit_build_dirs(build_dirs)
+    except SassUnavailable as e:
+        return (), (f"sass_audit_unavailable: {e}",)
+    if not audit.has_sass:
+        return (), ("sass_audit: no SASS in the extension (PTX only?), nothing audited",)
+    if not audit.findings:
+        return (), (f"sass_audit: no instruction below FP32 in {len(audit.kernels)} kernel(s)",)
+    formats = sorted({f.precision for f in audit.findings})
+    return audit.findings, (f"sass_below_fp32:{','.join(formats)}",)
 
 
 def _tail(text: str) -> str:
@@ -124,6 +152,9 @@ class Builder:
             evaluator passes ``containment_for(config)``); None: not contained. Either way a
             worker builds in its candidate's folder and the finished builds are moved into
             the cache after it ends (evokernel.build.publish).
+        audit: disassemble each successful build's extensions and list their below-FP32
+            instructions (evokernel.build.sass; BuildResult.precision_audit). Runs in this
+            process, after the build worker has ended, on the published cache folders.
     Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
     touch the GPU, so they cannot disturb timings on it.
     Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
@@ -131,7 +162,7 @@ class Builder:
 
     def __init__(self, cache_dir: Path, *, arch: str, timeout_s: float,
                  sandbox: "Containment | None" = None,
-                 workers: int | None = None, trim_headers: bool = True):
+                 workers: int | None = None, trim_headers: bool = True, audit: bool = True):
         arch_digits(arch)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -141,6 +172,7 @@ class Builder:
         self.cache_dir = Path(cache_dir).resolve()
         self.arch, self.timeout_s, self.workers = arch, float(timeout_s), workers
         self.trim_headers = trim_headers
+        self.audit = audit
         self.jail = None
         if sandbox is not None and sandbox.mode != "none":
             from evokernel.sandbox.workers import BuildJail
@@ -190,9 +222,10 @@ class Builder:
         if done.is_file():
             r = json.loads(done.read_text())
             if r["ok"] and all((Path(d) / MARKER).is_file() for d in r["build_dirs"]):
+                findings, notes = self.audit_build(work, r["build_dirs"])
                 return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
-                                   "", tuple(r["build_dirs"]), tuple(r["flags"]),
-                                   resources_from_json(r.get("resources")))
+                                   "", tuple(r["build_dirs"]), tuple(r["flags"]) + notes,
+                                   resources_from_json(r.get("resources")), findings)
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
@@ -225,10 +258,32 @@ class Builder:
         if not r["ok"]:
             done.unlink(missing_ok=True)             # never a cache hit for a failure
         logger.debug(f"candidate {candidate.id}: ok={r['ok']} in {build_s:.1f} s")
+        findings, notes = self.audit_build(work, r["build_dirs"]) if r["ok"] else ((), ())
         return BuildResult(candidate.id, r["ok"], None if r["ok"] else Reason.BUILD_ERROR,
                            build_s, bool(r["ok"] and r["cache_hit"]), _tail(log),
-                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry),
-                           resources_from_json(r.get("resources")) if r["ok"] else ())
+                           tuple(r["build_dirs"]), tuple(r["flags"]) + tuple(retry) + notes,
+                           resources_from_json(r.get("resources")) if r["ok"] else (),
+                           findings)
+
+    def audit_build(self, work: Path, build_dirs: Sequence[str]
+                 ) -> tuple[tuple[PrecisionFinding, ...], tuple[str, ...]]:
+        """sass_audit of a successful build, kept in ``work/sass_audit.json`` so that a cache
+        hit does not disassemble again (an audit that could not run is not kept)."""
+        if not self.audit:
+            return (), ()
+        kept = work / "sass_audit.json"
+        try:
+            data = json.loads(kept.read_text())
+            return (tuple(PrecisionFinding(**f) for f in data["findings"]),
+                    tuple(data["flags"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        findings, notes = sass_audit(build_dirs)
+        if not any(n.startswith("sass_audit_unavailable") for n in notes):
+            with contextlib.suppress(OSError):
+                write_json_atomic(kept, {"findings": [dataclasses.asdict(f) for f in findings],
+                                         "flags": list(notes)})
+        return findings, notes
 
     def _run(self, work: Path, mode: str, spent_s: float = 0.0) -> tuple[bool, int | None]:
         """Run the build entry point in a session of its own (``mode``: "trim", "full" or

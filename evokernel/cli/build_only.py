@@ -18,6 +18,7 @@ from typing import Sequence
 
 from evokernel.config import EvalConfig
 from evokernel.errors import ConfigError, EvokernelError
+from evokernel.records import PrecisionFinding
 
 #: The arch built for when nothing else says: the H200's, which the project is tuned on.
 FALLBACK_ARCH = "9.0"
@@ -39,6 +40,7 @@ class BuildReport:
     errors: "FILE:LINE: error: message" lines (LINE of the kernel file where it could be
         found), empty when the build succeeded.
     build_s: wall seconds; cache_hit: nothing had to be compiled.
+    precision_audit: the below-FP32 instructions of its SASS (evokernel.build.sass).
     """
 
     path: Path
@@ -47,6 +49,7 @@ class BuildReport:
     cache_hit: bool
     errors: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    precision_audit: tuple[PrecisionFinding, ...] = ()
 
 
 def default_arch() -> tuple[str, str]:
@@ -99,7 +102,8 @@ def build_kernels(files: Sequence[tuple[Path, str]], arch: str,
         elif not r.ok:
             errors = tuple(located_errors(path, src, r.log)) or (
                 f"{path}: error: the build failed; its log ends:\n{r.log[-1500:]}",)
-        reports.append(BuildReport(path, r.ok, r.build_s, r.cache_hit, errors, r.flags))
+        reports.append(BuildReport(path, r.ok, r.build_s, r.cache_hit, errors, r.flags,
+                                   r.precision_audit))
     return reports
 
 

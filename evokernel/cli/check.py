@@ -39,6 +39,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "GPU's, else TORCH_CUDA_ARCH_LIST's last, else 9.0, the H200's)")
     c.add_argument("--json", help="also write the verdicts to this JSON file "
                    "(`suite --from-checks` reads it)")
+    c.add_argument("--sanitize", action="store_true",
+                   help="after the gate (GPU): one call under compute-sanitizer memcheck and "
+                   "racecheck, and a determinism check (the same inputs several times); "
+                   "a memcheck or racecheck error makes the exit status 1")
+    c.add_argument("--robustness", action="store_true",
+                   help="after the gate (GPU): error ratios on half, double and odd sizes and "
+                   "on non-contiguous inputs, each marked pass, fail or 'shape not "
+                   "supported' (information, not part of the verdict)")
     options.add_eval_arguments(c)
     c.set_defaults(func=cmd_check)
     return c
@@ -65,11 +73,23 @@ def format_result(res: Any) -> str:
     for c in res.checks:
         lines.append(f"  check {c.distribution:<13} seed {c.seed}: norm {c.norm_ratio:8.3g}x "
                      f"max {c.max_ratio:8.3g}x  {'pass' if c.passed else 'FAIL'}")
+    lines += audit_lines(res.precision_audit, res.flags)
     if res.flags:
         lines.append("flags:          " + ", ".join(res.flags))
     if res.log and not res.accepted:
         lines.append("log (tail):\n" + res.log[-3000:])
     return "\n".join(lines)
+
+
+def audit_lines(findings: Sequence[Any], flags: Sequence[str]) -> list[str]:
+    """The SASS precision audit (evokernel.build.sass) as lines: one per below-FP32 instruction
+    found, or the one flag saying it found none or could not run; [] when no audit was made."""
+    state = [f for f in flags if f.startswith(("sass_audit_unavailable", "sass_audit:"))]
+    if findings:
+        return ["SASS audit:     below-FP32 instructions (evidence; the gate's numbers decide):"] \
+            + [f"  {f.kernel}: {f.opcode} x{f.count} ({f.kind.replace('_', ' ')}, "
+               f"{f.precision})" for f in findings]
+    return [f"SASS audit:     {state[0].split(':', 1)[1].strip()}"] if state else []
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -82,6 +102,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise EvokernelError("--json records gate verdicts, which --build-only does not reach")
     if args.arch and not args.build_only:
         raise EvokernelError("--arch is for --build-only (a GPU check builds for its GPU)")
+    extra = [f for f, on in (("--sanitize", args.sanitize), ("--robustness", args.robustness))
+             if on]
+    if extra and args.build_only:
+        raise EvokernelError(f"{' '.join(extra)} run the kernel on a GPU, which --build-only "
+                             "does not use")
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise EvokernelError(f"--json {args.json}: its folder does not exist")
     config = options.eval_config(args)           # bad flags are named before the GPU check
@@ -97,17 +122,54 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"no kernel file to gate: every file has a fault ({len(kernels)} named above)")
         _write_json(args.json, problem, {}, dict(zip(kernels, sources)), faults, {})
         return 1
+    from evokernel.cli.extra_checks import require_gpu_for
+    require_gpu_for(extra)
     options.require_gpu(args)
     results, info = _evaluate(problem, good, config, options.placement(args))
     print(f"problem:        {problem.name} ({problem.path})\ndevice:         {info.get('device')}"
           f" (torch {info.get('torch')}, CUDA {info.get('cuda')})")
+    sanitize_failed, reports = False, {}
     for k in kernels:
         print(f"\nkernel:         {k}")
         print(format_result(results[k]) if k in results else
               "verdict:        reject (named above, not sent to the GPU)")
-    _write_json(args.json, problem, info, dict(zip(kernels, sources)), faults, results)
+        if k in results and extra and results[k].reason.value not in NOT_RUNNABLE:
+            failed, reports[k] = extra_reports(args, problem, k, config)
+            sanitize_failed |= failed
+    _write_json(args.json, problem, info, dict(zip(kernels, sources)), faults, results,
+                reports)
     return 0 if len(results) == len(kernels) and all(r.accepted for r in results.values()) \
-        else 1
+        and not sanitize_failed else 1
+
+
+#: Verdicts after which there is no kernel to run for --sanitize or --robustness.
+NOT_RUNNABLE = ("no_code", "build_error", "build_timeout", "load_error")
+
+
+def extra_reports(args: argparse.Namespace, problem: Any, kernel: Path, config: Any
+                   ) -> tuple[bool, dict[str, Any]]:
+    """Print --sanitize's and --robustness's reports for one kernel (evokernel.cli.extra_checks).
+    Returns: (whether compute-sanitizer reported an error, the reports as JSON-ready data)."""
+    import dataclasses
+    from evokernel.build.builder import device_arch
+    from evokernel.cli.extra_checks import robustness, sanitize_kernel
+    from evokernel.gate.robust import format_rows
+    from evokernel.gate.sanitize import format_sanitize
+    arch, failed, data = device_arch(), False, {}
+    if args.sanitize:
+        result = sanitize_kernel(Path(problem.path), kernel, config.cache_path, arch)
+        print("sanitize (compute-sanitizer, then the same inputs 5 times):")
+        print("\n".join("  " + line for line in format_sanitize(result)))
+        failed = result.failed
+        data["sanitize"] = dict(dataclasses.asdict(result), failed=failed)
+    if args.robustness:
+        rows = robustness(Path(problem.path), kernel, config.cache_path, arch,
+                          tolerance=config.gate.tolerance_factor)
+        print("robustness (information, not part of the verdict):")
+        print("\n".join(format_rows(rows)) if isinstance(rows, list) else f"  {rows}")
+        data["robustness"] = [dataclasses.asdict(r) for r in rows] \
+            if isinstance(rows, list) else rows
+    return failed, data
 
 
 def _evaluate(problem: Any, files: Sequence[tuple[Path, str]], config: Any,
@@ -147,6 +209,8 @@ def _build_only(files: list[tuple[Path, str]], total: int, arch: str | None, con
                                                             else ""))
         for e in r.errors:
             print(f"  {e}")
+        for line in audit_lines(r.precision_audit, r.flags):
+            print(f"  {line}")
     built = sum(r.ok for r in reports)
     print(f"{built} of {total} kernel file(s) built" + ("" if built == total else
                                                          f"; {total - built} did not"))
@@ -155,8 +219,9 @@ def _build_only(files: list[tuple[Path, str]], total: int, arch: str | None, con
 
 def _write_json(path: str | None, problem: Any, info: dict[str, Any],
                 sources: dict[Path, str], faults: dict[Path, list[Fault]],
-                results: dict[Path, Any]) -> None:
-    """``check --json``: each file's verdict; a file with a fault is a rejection naming it."""
+                results: dict[Path, Any], reports: dict[Path, Any] | None = None) -> None:
+    """``check --json``: each file's verdict (with its --sanitize and --robustness reports,
+    when made); a file with a fault is a rejection naming it."""
     if not path:
         return
     from evokernel.records import Candidate, EvalResult
@@ -168,7 +233,7 @@ def _write_json(path: str | None, problem: Any, info: dict[str, Any],
             r = EvalResult.failure(Candidate(source=src).id, first.reason, str(first))
         entries.append(dict(r.to_dict(), kernel=str(k), speedup=r.speedup,
                             compile_speedup=r.compile_speedup, pct_of_floor=r.pct_of_floor,
-                            faults=[str(f) for f in faults[k]]))
+                            faults=[str(f) for f in faults[k]], **(reports or {}).get(k, {})))
     Path(path).write_text(json.dumps({"problem": problem.name, "device": info,
                                       "kernels": entries}, indent=2))
 

@@ -2,17 +2,20 @@
 
     evokernel run [PROBLEM]              search for faster kernels (default problem: softmax)
     evokernel check PROBLEM KERNEL...    a kernel file's faults, then gate and time it on the GPU
-    evokernel check --build-only ...     the same without a GPU: faults and compile only
+    evokernel check --build-only ...     the same without a GPU: faults, compile, SASS audit
+    evokernel check ... --sanitize       + memcheck, racecheck, determinism (--robustness: sizes)
     evokernel problems [PATH] [--run]    list and validate problems (works without a GPU)
     evokernel show RUN_DIR               summarize a run (finished or still running)
     evokernel report RUN_DIR             write a Markdown + HTML report with plots
     evokernel export RUN_DIR -o F        write the best kernel as a standalone candidate file
+    evokernel export RUN_DIR --op N -o D the best kernel as a PyTorch custom op package
     evokernel suite PROBLEM...           check or search a problem set; fast_p table
     evokernel bench                      measure the evaluation engine itself
     evokernel llm import SRC RUN_DIR     the batch LLM mode's replies into a run
 
 Exit status: 0 success (check: accepted; export: a kernel was written), 1 a kernel was
-rejected or none was accepted (problems: a bad file), 2 bad input or machine.
+rejected or none was accepted (problems: a bad file; --sanitize: compute-sanitizer reported an
+error), 2 bad input or machine.
 
 This module assembles the parser from each command's module (COMMANDS: a function that adds
 one or more subcommands and returns their parsers, so a module can also add flags to another

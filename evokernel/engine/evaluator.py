@@ -2,9 +2,12 @@
 
     candidate ──> static check (CPU) ──> build (CPU pool, cached) ──> GPU worker: gate, time
 
-Builds run in parallel worker processes; as each finishes, its candidate is queued for the GPU
-worker of a free GPU, so the next builds overlap with gating and timing. Evaluation never raises
-for a bad candidate: every failure is an EvalResult with a named reason.
+Builds run in parallel worker processes (each successful build's machine code is audited for
+below-FP32 instructions, evokernel.build.sass: the findings join the result's detail, flags and
+``precision_audit`` as evidence, while the gate's numbers decide); as each finishes, its
+candidate is queued for the GPU worker of a free GPU, so the next builds overlap with gating and
+timing. Evaluation never raises for a bad candidate: every failure is an EvalResult with a named
+reason.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from loguru import logger
 
+from evokernel.build.sass import with_audit
 from evokernel.config import EvalConfig, RunConfig
 from evokernel.engine.gpu_share import NvmlProcesses, SharedGpuGuard
 from evokernel.errors import NoGPUError
@@ -199,7 +203,9 @@ class CudaEvaluator:
                     emit("timed", cand.id)
                 done(dataclasses.replace(r, build_s=build.build_s,
                                          flags=tuple(build.flags) + tuple(r.flags),
-                                         resources=r.resources or build.resources))
+                                         resources=r.resources or build.resources,
+                                         precision_audit=build.precision_audit,
+                                         detail=with_audit(r.detail, build.precision_audit)))
 
         gpu_threads = [threading.Thread(target=gpu_loop, args=(w, g), daemon=True,
                                         name=f"evokernel-gpu{i}")

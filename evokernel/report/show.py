@@ -16,8 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from evokernel.report.labels import answered_by_line, batch_line, llm_line, scripted_note
-from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, floor_text, fmt_x,
-                                 kernel_text, lineage_rows, sharing_text)
+from evokernel.build.sass import audit_text
+from evokernel.runs.view import (RunView, age_text, compile_text, eager_text,
+                                 floor_text, fmt_x, kernel_text, lineage_rows, sharing_text)
 
 
 def _short(text: str, n: int = 72) -> str:
@@ -55,6 +56,10 @@ def summary(view: RunView, relative: bool = True) -> Table:
     row("best", "no kernel accepted yet" if best is None else
         f"{kernel_text(view, best)} [{best.id}, generation {best.candidate.generation}, "
         f"{best.candidate.operator}]")
+    audit = audit_text(best.result.precision_audit, best.result.flags) \
+        if best is not None and best.result is not None else None
+    if audit:
+        row("SASS audit", audit)
     if seed is not None:
         row("seed kernel", kernel_text(view, seed))
     status = [e.status for e in view.entries]

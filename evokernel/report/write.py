@@ -21,11 +21,12 @@ from pathlib import Path
 
 from loguru import logger
 
+from evokernel.build.sass import audit_text
 from evokernel.report import plots
 from evokernel.report.labels import answered_by_line, idea_heading, llm_line, scripted_note
-from evokernel.runs.view import (RunView, age_text, compile_text, eager_text, floor_text, fmt_ms,
-                                 fmt_x, kernel_text, lineage_rows, load_run, sharing_text,
-                                 to_json)
+from evokernel.runs.view import (RunView, age_text, compile_text, eager_text,
+                                 floor_text, fmt_ms, fmt_x, kernel_text, lineage_rows, load_run,
+                                 sharing_text, to_json)
 
 PLOTS = (("speedup_per_generation.png", "Speedup per generation", plots.speedup_per_generation),
          ("candidates.png", "Every candidate", plots.candidates),
@@ -50,6 +51,9 @@ def _summary_rows(view: RunView) -> list[tuple[str, str]]:
         else:
             rows.append((name, f"{kernel_text(view, e)}; `{e.id}`, generation "
                                f"{e.candidate.generation}, {e.candidate.operator}"))
+            audit = audit_text(e.result.precision_audit, e.result.flags)
+            if audit:
+                rows.append((f"{name}: SASS audit", audit))
     if cfg is not None:
         s = cfg.search
         rows.append(("search", f"population {s.population_size}, offspring "

@@ -245,6 +245,11 @@ def test_real_build_then_cache_hit(built):
     assert again.ok and again.cache_hit and again.build_s < 1.0
     assert again.build_dirs == first.build_dirs
     assert again.resources == first.resources      # the ptxas report survives a cache hit
+    audit = [f for f in first.flags if f.startswith("sass_audit")]   # pure FP32: nothing listed
+    assert audit == ["sass_audit: no instruction below FP32 in 1 kernel(s)"] or \
+        audit[0].startswith("sass_audit_unavailable: ")               # no cuobjdump here
+    assert first.precision_audit == ()
+    assert [f for f in again.flags if f.startswith("sass_audit")] == audit   # kept, not redone
 
 
 def test_real_build_keeps_the_ptxas_report(built):
