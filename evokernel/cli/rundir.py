@@ -12,6 +12,7 @@ with a ConfigError naming the file (exit status 2).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 from typing import Any
 
@@ -75,6 +76,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from evokernel.records import Candidate
     from evokernel.runs.store import RunStore
 
+    refuse_inside_run(args.run_dir, args.output)
     if args.op:
         return _export_op(args)
     if args.sanitize or args.robustness:
@@ -95,6 +97,19 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise EvokernelError(f"{out}: the exported file does not load: {rejected.detail}")
     print(f"exported: {out}  (check it: evokernel check {problem} {out})")
     return 0
+
+
+def refuse_inside_run(run_dir: str | Path, output: str | Path) -> None:
+    """Raises EvokernelError when ``output`` is inside ``run_dir`` (its store, problem copy or
+    kernels would be overwritten: `show` found the run gone after ``-o RUN/run.sqlite``), or is
+    an existing file that is not a Python file of ours to replace."""
+    run, out = Path(run_dir).resolve(), Path(output).resolve()
+    if out == run or run in out.parents:
+        raise EvokernelError(f"{output}: inside the run folder {run_dir}; export writes "
+                             "outside it, so the run stays as it was")
+    if out.is_file() and out.suffix != ".py":
+        raise EvokernelError(f"{output}: an existing file that is not a .py kernel file; "
+                             "not overwritten")
 
 
 def _export_op(args: argparse.Namespace) -> int:

@@ -44,3 +44,18 @@ def test_sigterm_unwinds_like_ctrl_c_and_exits_143(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 143 and "evokernel: terminated" in err, err
     assert (tmp_path / "cleaned").exists()
+
+
+def test_export_never_writes_into_the_run_it_reads(tmp_path, capsys):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree("tests/fixtures/run_mock_llm", run)
+    before = (run / "run.sqlite").read_bytes()
+    for target in (run / "run.sqlite", run / "problem.py", run):
+        assert cli.main(["export", str(run), "-o", str(target)]) == 2
+        assert "inside the run folder" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("mine")
+    assert cli.main(["export", str(run), "-o", str(tmp_path / "notes.txt")]) == 2
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert (run / "run.sqlite").read_bytes() == before
+    assert cli.main(["export", str(run), "-o", str(tmp_path / "best.py")]) == 0
