@@ -151,8 +151,8 @@ def read_results(path: Path) -> tuple[list[Reply], list[str]]:
             problems.append(f"{where}: not UTF-8 text")
             continue
         except json.JSONDecodeError as e:
-            problems.append(f"{where}: not valid JSON (a truncated line?): {e.msg} at column "
-                            f"{e.colno}")
+            problems.append(f"{where}: not valid JSON (a truncated line?): {e.msg} (column "
+                            f"{e.colno})")
             continue
         got = _batch_line(obj, where)
         (problems.append if isinstance(got, str) else replies.append)(got)
