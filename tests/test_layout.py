@@ -110,7 +110,7 @@ def test_no_import_circles():
     graph = defaultdict(set)
     for name, path in MODULES.items():
         for module, _, _ in _imports(name, path):
-            if module in MODULES and module != name and not name.startswith(module + "."):
+            if module in MODULES and module != name:   # a parent package counts: its __init__ runs
                 graph[name].add(module)
     # Tarjan's strongly connected components (Tarjan 1972, SIAM J. Comput. 1(2)), iteratively.
     index, low, on_stack, stack, circles, counter = {}, {}, set(), [], [], [0]
@@ -184,7 +184,7 @@ def test_no_private_names_across_modules():
 
 #: The house's sizes (issue 13): a module of about 400 lines, a function of about 60 lines of
 #: code (its docstring not counted: a long argument list documented is not a long function).
-MODULE_LINES, FUNCTION_CODE_LINES = 420, 60
+MODULE_LINES, FUNCTION_CODE_LINES = 400, 60
 
 #: Longer ones, each with its stated reason.
 LONGER = {

@@ -38,15 +38,13 @@ from typing import Any
 
 import torch
 
-from evokernel import nvrtc
 from evokernel.build import cache as build_cache
 from evokernel.engine import outputs as out
 from evokernel.engine.faults import classify_exception, load_detail, load_log
 from evokernel.engine.pipeline import Stage, Trial, WorkerState
-from evokernel.gate import fallback
+from evokernel.gate import fallback, trace
 from evokernel.gate import maths as gm
 from evokernel.gate import run as gate_run
-from evokernel.gate import trace
 from evokernel.gate.judge import gate_candidate
 from evokernel.gate.scan import scan_source
 from evokernel.records import EvalResult, KernelTime, Reason, Verdict
@@ -57,8 +55,8 @@ from evokernel.timing.interleaved import host_quiet, side_stream_suspect, time_i
 
 class Load:
     """Scan the source (flags only), import the candidate module (its load_inline extension or
-    NVRTC cubins come from the build cache; evokernel.nvrtc compiles a missing one for this
-    worker's arch), and make ``ModelNew`` with the reference's parameters (GateReference.
+    NVRTC cubins from the build cache; evokernel.nvrtc, configured by the Session, compiles a
+    missing one), and make ``ModelNew`` with the reference's parameters (GateReference.
     prepare_candidate). NO_CODE without ``ModelNew``; BUILD_ERROR for an NVRTC compile error;
     LOAD_ERROR when the import or the constructor raises; a sticky CUDA error is raised."""
 
@@ -66,7 +64,6 @@ class Load:
 
     def __call__(self, s: WorkerState, t: Trial) -> EvalResult | None:
         t.add_flags(scan_source(t.candidate.source))
-        nvrtc.configure(s.config.cache_path, s.arch)
         try:
             module = build_cache.load_candidate(t.candidate.source,
                                                 f"evokernel_cand_{t.candidate.id}",
@@ -339,10 +336,9 @@ class Fresh:
         got: dict[int, Any] = {}
         times = []
         with gate_run.strict_fp32(), torch.no_grad():
-            for k, inputs in enumerate(s.fresh_inputs):
-                mine = out.clone_inputs(inputs)
-                ms, _ = clock.trial(lambda k=k, mine=mine: got.__setitem__(k, t.model_new(*mine)))
-                times.append(ms)
+            for k, inputs in enumerate(s.fresh_inputs):      # inputs cloned before the trial
+                times.append(clock.trial(lambda k=k, mine=out.clone_inputs(inputs):
+                                         got.__setitem__(k, t.model_new(*mine)))[0])
         expected = s.expected_outputs(t.gate_ref, fresh=True)
         stale = out.stale_outputs(got, expected, out.spot_tolerance(t.outcome.checks, expected),
                                   "the output on fresh input set")
@@ -353,7 +349,8 @@ class Fresh:
             return t.reject(Reason.CACHED_OUTPUT,
                             f"{timed_ms:.4f} ms on the timing sets it had seen but {fresh_ms:.4f} "
                             f"ms at best on {len(times)} input sets it had not (over "
-                            f"{FRESH_FACTOR:g}x + {FRESH_SLACK_MS} ms): it returns work cached across calls")
+                            f"{FRESH_FACTOR:g}x + {FRESH_SLACK_MS} ms): it returns work cached "
+                            "across calls")
         return None
 
 

@@ -45,8 +45,8 @@ from evokernel.config import LLMConfig
 from evokernel.errors import BudgetExceeded, LLMError, LLMPending
 from evokernel.llm.batch import BatchQueue, BatchRequest
 from evokernel.llm.cache import STAND_IN, LLMReply, ReplyCache, mock_label, request_key
-from evokernel.llm.retry import (HardTimeout, is_retryable, load_litellm, provider_params,
-                                 retry_after_s)
+from evokernel.llm.retry import (HardTimeout, call_with_deadline, is_retryable, load_litellm,
+                                 provider_params, retry_after_s)
 from evokernel.llm.tokens import reply_usage
 
 __all__ = ["LLMClient", "LLMReply", "MockResponse", "ReplyCache", "STAND_IN", "is_retryable",
@@ -350,28 +350,14 @@ class LLMClient:
             kwargs["max_tokens"] = cfg.max_tokens
         if cfg.api_base:
             kwargs["api_base"] = cfg.api_base
-        box: dict[str, Any] = {}
-        done = threading.Event()
+        mock = self.mock_response
 
-        def work() -> None:
-            try:
-                mock = self.mock_response
-                if mock is not None:
-                    kwargs["mock_response"] = mock(messages) if callable(mock) else mock
-                box["response"] = litellm.completion(**kwargs)
-            except BaseException as e:  # handed to the waiting caller, which raises it
-                box["error"] = e
-            finally:
-                done.set()
-
+        def call() -> Any:               # a mock's reply is made inside the deadline, too
+            if mock is not None:
+                kwargs["mock_response"] = mock(messages) if callable(mock) else mock
+            return litellm.completion(**kwargs)
         with self._semaphore:
-            # A daemon thread, not a pool: an abandoned hung call must not block exit.
-            threading.Thread(target=work, name="evokernel-llm", daemon=True).start()
-            if not done.wait(cfg.timeout_s):
-                raise HardTimeout(f"{model}: no reply within {cfg.timeout_s} s")
-        if "error" in box:
-            raise box["error"]
-        return box["response"]
+            return call_with_deadline(call, cfg.timeout_s, model)
 
     def _reply_from(self, response: Any, model: str, messages: list[dict],
                     latency_s: float) -> LLMReply:

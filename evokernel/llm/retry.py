@@ -7,11 +7,36 @@ litellm is imported only when a call, a count or a batch submission needs it
 from __future__ import annotations
 
 import os
-from typing import Any
+import threading
+from typing import Any, Callable
 
 
 class HardTimeout(Exception):
     """The provider did not answer within timeout_s (our own deadline, retried like a Timeout)."""
+
+
+def call_with_deadline(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """``call()`` in a daemon thread, waited for at most ``timeout_s`` seconds (a hard deadline
+    on top of the provider's own timeout). A daemon thread, not a pool: an abandoned hung call
+    must not block the process's exit. Returns: what it returned.
+    Raises: what it raised; HardTimeout naming ``what`` after the deadline."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["response"] = call()
+        except BaseException as e:  # handed to the waiting caller, which raises it
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="evokernel-llm", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise HardTimeout(f"{what}: no reply within {timeout_s} s")
+    if "error" in box:
+        raise box["error"]
+    return box["response"]
 
 
 def load_litellm() -> Any:

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 from evokernel.build.cache import MARKER, arch_digits, cache_key
 from evokernel.build.ptxas import parse_ptxas, resources_to_json
-from evokernel.nvrtc import program
+import evokernel.nvrtc.program as program
 from evokernel.nvrtc.errors import NvrtcCompileError
 from evokernel.nvrtc.signature import PROBE, Param, classify, demangle, parse_signature
 

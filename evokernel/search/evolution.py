@@ -39,13 +39,13 @@ from evokernel.engine.evaluator import Evaluator
 from evokernel.engine.factory import require_gpu
 from evokernel.operators.base import Crossover, Mutation, RepairOperator, SearchContext
 from evokernel.problem import Problem, load_problem
-from evokernel.records import Candidate, EvalResult, Reason
+from evokernel.records import Candidate, EvalResult
 from evokernel.runs.store import RunStore
 from evokernel.search.archive import Archive, sel_niches
 from evokernel.search.contexts import GenerationContexts
 from evokernel.search.runstate import (GenerationStats, RunResult, batch_round,
                                        check_credentials, check_resumable, connect_llm,
-                                       discard_if_empty,
+                                       REPAIRABLE, discard_if_empty, generation_stats,
                                        raise_if_every_llm_call_failed, saved_state)
 from evokernel.search.toolbox import (Individual, KernelEvaluation, OperatorChoice,
                                       SpeedupFitness, batch_map, logbook_record, new_logbook,
@@ -61,12 +61,6 @@ NO_DEFAULT_GPU = ("Evolution's default evaluator (CudaEvaluator) needs a CUDA GP
                   "(evokernel.demo.fake_evaluator.FakeEvaluator is a demonstration: its numbers "
                   "are not measurements)")
 
-#: Rejections worth one LLM repair attempt (not hangs, crashes or cheats).
-REPAIRABLE = frozenset({
-    Reason.BUILD_ERROR, Reason.LOAD_ERROR, Reason.RUNTIME_ERROR, Reason.SHAPE_MISMATCH,
-    Reason.DTYPE_MISMATCH, Reason.NON_FINITE, Reason.LOWER_PRECISION,
-    Reason.ACCUMULATION_ERROR, Reason.UNSTABLE_DISTRIBUTION, Reason.WRONG_FUNCTION,
-    Reason.OUT_OF_MEMORY, Reason.CUDA_FAULT, Reason.NONDETERMINISTIC})
 
 
 @dataclass
@@ -154,20 +148,17 @@ class Evolution:
             raise ConfigError("Evolution.toolbox has neither 'mutate' nor 'mate' registered")
         run_dir = Path(cfg.run_dir or f"runs/{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         sends = self.llm_batch is None or self.llm_batch.submit   # batch export: nothing sent
-        if self.llm is None and cfg.llm.model is not None and not resume and sends:
-            check_credentials(cfg)
+        created = not run_dir.exists()
+        resumed = RunStore(run_dir) if resume else None
+        cfg = resumed.config() if resumed is not None else cfg   # a resumed run's own config
+        if self.llm is None and cfg.llm.model is not None:
+            if resumed is not None:
+                check_resumable(resumed, run_dir, batch=self.llm_batch is not None)
+            if sends:
+                check_credentials(cfg)
         if self.evaluator is None and not isinstance(self.dask, str):
             require_gpu(NO_DEFAULT_GPU)           # before any folder is made
-        created = not run_dir.exists()
-        if resume:
-            store = RunStore(run_dir)
-            cfg = store.config()
-            if self.llm is None and cfg.llm.model is not None:
-                check_resumable(store, run_dir, batch=self.llm_batch is not None)
-                if sends:
-                    check_credentials(cfg)
-        else:
-            store = RunStore.create(run_dir, cfg, problem)
+        store = resumed if resumed is not None else RunStore.create(run_dir, cfg, problem)
         self._store = store
         self._search = cfg.search        # a resumed run goes on with the config it started with
         self._by_compile = cfg.evaluation.baseline == "compile"
@@ -390,26 +381,18 @@ class Evolution:
     def _end_generation(self, gen: int, islands: list[list[Individual]],
                         offspring: list[Individual], rng: random.Random) -> GenerationStats:
         population = list({i.candidate.id: i for pop in islands for i in pop}.values())
-        best = max(population, key=lambda i: i.fitness.values[0])
-        valid = sum(self._results[i.candidate.id].accepted for i in offspring)
-        usage = self.llm.usage if self.llm is not None else {}
-        stats = GenerationStats(
-            generation=gen, best_id=best.candidate.id, best_speedup=best.fitness.values[0],
-            valid=valid, total=len(offspring),
-            population=tuple(i.candidate.id for i in population),
-            tokens=int(usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)),
-            cost_usd=float(usage.get("cost_usd", 0.0)),
-            islands=tuple(tuple(i.candidate.id for i in pop) for pop in islands))
+        stats = generation_stats(gen, population, islands, offspring, self._results,
+                                 self.llm.usage if self.llm is not None else {})
         if gen == 0:
             self._archive = Archive.rebuild(self._candidates, self._results, self._fitness_of)
-        record = logbook_record(gen, population, nevals=len(offspring), accepted=valid,
+        record = logbook_record(gen, population, nevals=len(offspring), accepted=stats.valid,
                                 cells=len(self._archive), tokens=stats.tokens)
         self._logbook.record(**record)
         # One population: the plain RNG state (the original format). Islands: every island too.
         state: Any = rng.getstate() if len(islands) == 1 else \
             {"rng": rng.getstate(), "islands": [list(ids) for ids in stats.islands]}
         self._store.end_generation(gen, list(stats.population), stats.best_id,
-                                   stats.best_speedup, valid, len(offspring), state,
+                                   stats.best_speedup, stats.valid, len(offspring), state,
                                    logbook=record)
         if self.on_generation is not None:
             self.on_generation(stats)

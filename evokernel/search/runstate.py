@@ -8,16 +8,24 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from deap import tools
 from loguru import logger
 
 from evokernel.config import RunConfig
 from evokernel.errors import ConfigError, LLMError, LLMPending
-from evokernel.records import Candidate, EvalResult
+from evokernel.records import Candidate, EvalResult, Reason
 from evokernel.runs.store import RunStore
 from evokernel.search.toolbox import new_logbook
+
+
+#: Rejections worth one LLM repair attempt (not hangs, crashes or cheats).
+REPAIRABLE = frozenset({
+    Reason.BUILD_ERROR, Reason.LOAD_ERROR, Reason.RUNTIME_ERROR, Reason.SHAPE_MISMATCH,
+    Reason.DTYPE_MISMATCH, Reason.NON_FINITE, Reason.LOWER_PRECISION,
+    Reason.ACCUMULATION_ERROR, Reason.UNSTABLE_DISTRIBUTION, Reason.WRONG_FUNCTION,
+    Reason.OUT_OF_MEMORY, Reason.CUDA_FAULT, Reason.NONDETERMINISTIC})
 
 
 @dataclass(frozen=True)
@@ -174,3 +182,19 @@ def batch_round(calls: Callable[[], Any], gen: int, rng: random.Random, batch: A
                 logger.warning("generation {}: {} and nothing was written out", gen, e)
                 return None
             rng.setstate(state)
+
+
+def generation_stats(gen: int, population: Sequence[Any], islands: Sequence[Sequence[Any]],
+                     offspring: Sequence[Any], results: Mapping[str, EvalResult],
+                     usage: Mapping[str, Any]) -> GenerationStats:
+    """The GenerationStats of generation ``gen``: its best individual (evokernel.search.
+    toolbox.Individual, by fitness) in ``population``, how many of ``offspring`` were accepted,
+    and the LLM tokens and cost so far (``usage``: the client's totals)."""
+    best = max(population, key=lambda i: i.fitness.values[0])
+    return GenerationStats(
+        generation=gen, best_id=best.candidate.id, best_speedup=best.fitness.values[0],
+        valid=sum(results[i.candidate.id].accepted for i in offspring), total=len(offspring),
+        population=tuple(i.candidate.id for i in population),
+        tokens=int(usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)),
+        cost_usd=float(usage.get("cost_usd", 0.0)),
+        islands=tuple(tuple(i.candidate.id for i in pop) for pop in islands))
