@@ -44,3 +44,9 @@ class ClusterError(EvokernelError):
     """The Dask cluster the evaluation runs on cannot be reached or went away (its scheduler's
     address named): the run store keeps every verdict that came back, so ``--resume`` goes on
     once a scheduler is up again (evokernel.cluster)."""
+
+
+class EvaluationDeferred(EvokernelError):
+    """Batch mode on a machine without a GPU (evokernel.engine.deferred): a round's candidates
+    are ready to be evaluated, and evaluating needs a CUDA GPU. The search stops cleanly before
+    anything of the round is evaluated; ``--resume`` on a machine with a GPU goes on."""

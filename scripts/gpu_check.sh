@@ -6,7 +6,10 @@
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
 #           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, gate-report-load,
 #           contention, prebuild-ab, hide-check, dask-vs-local, dask-gate, dask-cold, suite-bench,
-#           all
+#           frontier, all
+#   frontier: one step of a batch-mode search (`evokernel run ... --llm-batch`): resumes the run
+#          FRONTIER_RUN when it exists, else starts it with FRONTIER_ARGS (the problem and flags);
+#          requests go to FRONTIER_BATCH; both are packed into $OUT/frontier.tgz
 #   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
 #          compiles of torch-header CUDA files and one busy loop per core), into
 #          RESULTS_DIR/gate_report_load/
@@ -164,6 +167,14 @@ for s in ${stage//,/ }; do
                 | grep -v DEBUG | tail -15
               wait "$HOG"; $EK show "$R/run_contended" >"$R/show_contended.txt" 2>&1; tail -30 "$R/show_contended.txt" ;;
     bench) bench ;;
+    frontier)  # one step of a batch-mode search (issue 21): FRONTIER_RUN, FRONTIER_BATCH; a new run
+               # takes FRONTIER_ARGS (problem and flags), an existing one is resumed
+              if [ -f "$FRONTIER_RUN/run.sqlite" ]; then set -- --resume "$FRONTIER_RUN"
+              else set -- ${FRONTIER_ARGS:?} --run-dir "$FRONTIER_RUN"; fi
+              timeout "$LIMIT" $EK run "$@" --llm-batch "$FRONTIER_BATCH" 2>&1 \
+                | tee -a "$R/frontier.txt" | grep -v DEBUG | tail -25
+              $EK show "$FRONTIER_RUN" >"$R/show_frontier.txt" 2>&1; tail -25 "$R/show_frontier.txt"
+              if [ -n "${OUT:-}" ]; then tar czf "$OUT/frontier.tgz" "$FRONTIER_RUN" "$FRONTIER_BATCH"; fi ;;
     dask-vs-local) timeout "$LIMIT" python3 scripts/dask_vs_local.py --out "$R/dask_vs_local" \
                      2>&1 | tee "$R/dask_vs_local.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -40 ;;
     dask-gate) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases gate \

@@ -117,6 +117,11 @@ def add_search_arguments(p: argparse.ArgumentParser, *, branching: bool = True) 
     p.add_argument("--implementations", type=int, default=SEARCH.implementations_per_idea,
                    help=with_default("implementations written per idea (m)",
                                      SEARCH.implementations_per_idea))
+    p.add_argument("--repair-attempts", type=int, default=SEARCH.repair_attempts,
+                   help=with_default("rounds a rejected child goes back to the repair operator "
+                                     "within its generation (0: none; in the batch mode each "
+                                     "round is one more export, after the GPU's verdicts)",
+                                     SEARCH.repair_attempts))
     p.add_argument("--islands", type=int, default=SEARCH.islands,
                    help=with_default("populations evolving apart, with ring migration",
                                      SEARCH.islands))
@@ -160,7 +165,8 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
         ("islands", "islands"), ("migration_interval", "migration_interval"),
         ("migrants", "migrants"), ("ideas_per_call", "ideas"),
         ("implementations_per_idea", "implementations"),
-        ("candidate_form", "candidate_form")) if hasattr(args, flag)}
+        ("candidate_form", "candidate_form"), ("repair_attempts", "repair_attempts"))
+        if hasattr(args, flag)}
     return SearchConfig(population_size=args.population, generations=args.generations,
                         offspring_per_generation=args.offspring, seed=args.seed, **optional)
 

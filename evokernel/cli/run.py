@@ -55,16 +55,23 @@ def cmd_run(args: argparse.Namespace) -> int:
                            llm=options.llm_config(args))
     from evokernel.cli.llm import batch_mode, stop_message
     llm_batch = batch_mode(args, config.llm.model)
-    options.require_gpu(args)   # after the arguments and the problem are known to be good
+    stand_in = _deferred(args, llm_batch)     # batch rounds that need no GPU (engine.deferred)
+    if stand_in is None:
+        options.require_gpu(args)   # after the arguments and the problem are known to be good
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
     result = run_with_progress(problem, config, resume=bool(args.resume),
                                verbose=args.verbose, llm_batch=llm_batch,
-                               placement=options.placement(args))
+                               placement=options.placement(args), evaluator=stand_in)
     print(f"run directory: {result.run_dir}  ({result.stopped})")
     if result.stopped == "llm_batch":
         print(stop_message(result.run_dir, llm_batch))
+        return 0
+    if result.stopped == "needs_gpu":
+        print(f"every reply of the next round is in the reply cache; evaluating it needs the "
+              f"GPU. On a machine with one:\n  evokernel run --resume {result.run_dir} "
+              f"--llm-batch {llm_batch.folder}")
         return 0
     if result.best is None:
         print("no kernel passed the gate")
@@ -103,6 +110,20 @@ def _resumed(args: argparse.Namespace) -> tuple[Any, Any]:
             dataclasses.replace(config, run_dir=args.resume))
 
 
+def _deferred(args: argparse.Namespace, llm_batch: Any) -> Any:
+    """The DeferredEvaluator of a --resume in the batch mode on a machine without a GPU
+    (evokernel.engine.deferred), or None."""
+    if not args.resume or llm_batch is None or getattr(args, "dask_scheduler", None):
+        return None
+    from evokernel.engine.deferred import deferred_evaluator
+    from evokernel.runs.store import RunStore
+    store = RunStore(args.resume, read_only=True)
+    try:
+        return deferred_evaluator(store.meta(), llm_batch)
+    finally:
+        store.close()
+
+
 def explicit_run_flags(args: argparse.Namespace) -> list[str]:
     """The `run` options given on the command line with a value other than their default
     (every flag of ``args.parser``, the `run` parser, including flags other modules add)."""
@@ -120,11 +141,13 @@ def explicit_run_flags(args: argparse.Namespace) -> list[str]:
 
 
 def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool,
-                      llm_batch: Any = None, placement: dict[str, Any] | None = None) -> Any:
+                      llm_batch: Any = None, placement: dict[str, Any] | None = None,
+                      evaluator: Any = None) -> Any:
     """Run one search with the live progress display (plain lines when stdout is not a
     terminal); loguru prints above the display while it is live. ``llm_batch``: the batch LLM
     mode (evokernel.cli.llm.batch_mode), or None; ``placement``: make_evaluator's ``devices``
-    and ``dask`` (evokernel.cli.options.placement). Returns: the RunResult."""
+    and ``dask`` (evokernel.cli.options.placement); ``evaluator``: one to use instead of
+    make_evaluator's (the batch mode's DeferredEvaluator). Returns: the RunResult."""
     from evokernel.cli.progress import ProgressEvaluator, SearchProgress
     from evokernel.engine.factory import make_evaluator
     from evokernel.search.evolution import Evolution
@@ -144,8 +167,8 @@ def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool,
         max_cost_usd=config.llm.max_cost_usd, baseline=config.evaluation.baseline,
         usage=lambda: evo.llm.usage if evo is not None and evo.llm is not None else None)
     evaluator = ProgressEvaluator(
-        lambda: make_evaluator(problem, config.evaluation, compile_ms=compile_ms,
-                               **(placement or {})), progress)
+        evaluator or (lambda: make_evaluator(problem, config.evaluation, compile_ms=compile_ms,
+                                             **(placement or {}))), progress)
     evo = Evolution(problem, config, evaluator=evaluator,
                     on_generation=progress.generation_done)
     evo.llm_batch = llm_batch            # --llm-batch (evokernel.cli.llm)

@@ -36,6 +36,7 @@ from loguru import logger
 from evokernel.config import RunConfig
 from evokernel.errors import ConfigError
 from evokernel.engine.evaluator import Evaluator
+from evokernel.engine.deferred import deferred_evaluator
 from evokernel.engine.factory import require_gpu
 from evokernel.operators.base import Crossover, Mutation, RepairOperator, SearchContext
 from evokernel.problem import Problem, load_problem
@@ -46,7 +47,8 @@ from evokernel.search.contexts import GenerationContexts
 from evokernel.search.runstate import (GenerationStats, RunResult, batch_round,
                                        check_credentials, check_resumable, connect_llm,
                                        REPAIRABLE, discard_if_empty, generation_stats,
-                                       raise_if_every_llm_call_failed, saved_state)
+                                       prompt_device, raise_if_every_llm_call_failed,
+                                       saved_state)
 from evokernel.search.toolbox import (Individual, KernelEvaluation, OperatorChoice,
                                       SpeedupFitness, batch_map, logbook_record, new_logbook,
                                       seeded_global_random)
@@ -156,8 +158,11 @@ class Evolution:
                 check_resumable(resumed, run_dir, batch=self.llm_batch is not None)
             if sends:
                 check_credentials(cfg)
+        recorded = resumed.meta() if resumed is not None else None
         if self.evaluator is None and not isinstance(self.dask, str):
-            require_gpu(NO_DEFAULT_GPU)           # before any folder is made
+            self.evaluator = deferred_evaluator(recorded, self.llm_batch)  # batch, no GPU
+            if self.evaluator is None:
+                require_gpu(NO_DEFAULT_GPU)       # before any folder is made
         store = resumed if resumed is not None else RunStore.create(run_dir, cfg, problem)
         self._store = store
         self._search = cfg.search        # a resumed run goes on with the config it started with
@@ -179,7 +184,8 @@ class Evolution:
         self._evaluation.evaluator = self.evaluator
         self._evaluation.on_result = self._record_result
         try:
-            store.set_meta("device", self.evaluator.info)
+            self._device = prompt_device(recorded, self.evaluator.info)
+            store.set_meta("device", self._device)
             return self._loop(problem, cfg, store, run_dir)
         except BaseException:
             discard_if_empty(store, run_dir, created)
@@ -213,9 +219,9 @@ class Evolution:
         else:
             first = batch_round(lambda: self._initial(problem), 0, rng, self.llm_batch, store,
                                 self.llm)
-            if first is None:
+            if isinstance(first, str):
                 return RunResult(run_dir=run_dir, generations=history, hall_of_fame=[],
-                                 stopped="llm_batch", best_path=None, logbook=self._logbook)
+                                 stopped=first, best_path=None, logbook=self._logbook)
             initial = self._evaluate(first)
             islands = [list(initial) for _ in range(sc.islands)]
             hof.update(initial)
@@ -229,8 +235,8 @@ class Evolution:
                 break
             offspring = batch_round(lambda: self._offspring(gen, islands, rng), gen, rng,
                                     self.llm_batch, store, self.llm)
-            if offspring is None:
-                stopped = "llm_batch"
+            if isinstance(offspring, str):
+                stopped = offspring
                 break
             islands = self._survivors(gen, islands, offspring, rng)
             everyone = [i for kids in offspring for i in kids]
@@ -264,8 +270,7 @@ class Evolution:
         from evokernel.operators import SeedPort
         port = SeedPort()(problem, SearchContext(
             problem=problem, generation=0, rng=random.Random(self._search.seed), llm=self.llm,
-            device=dict(self.evaluator.info) if self.evaluator else {},
-            candidate_form=self._search.candidate_form))
+            device=self._device, candidate_form=self._search.candidate_form))
         if not port:
             raise ConfigError(f"{problem.path}: the LLM wrote no first kernel")
         return port
@@ -318,7 +323,7 @@ class Evolution:
         view = GenerationContexts(
             generation=gen, candidates=self._candidates, results=self._results,
             fitness=self._fitness_of, problem=self.problem, llm=self.llm,   # type: ignore[arg-type]
-            device=self.evaluator.info if self.evaluator else {}, search=sc)
+            device=self._device, search=sc)
         with seeded_global_random(rng):
             plans = [p for k, pop in enumerate(islands)
                      for p in plan_island(pop, self.toolbox, view.lineage.related,

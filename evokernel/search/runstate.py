@@ -14,7 +14,7 @@ from deap import tools
 from loguru import logger
 
 from evokernel.config import RunConfig
-from evokernel.errors import ConfigError, LLMError, LLMPending
+from evokernel.errors import ConfigError, EvaluationDeferred, LLMError, LLMPending
 from evokernel.records import Candidate, EvalResult, Reason
 from evokernel.runs.store import RunStore
 from evokernel.search.toolbox import new_logbook
@@ -47,8 +47,9 @@ class GenerationStats:
 @dataclass
 class RunResult:
     """A finished (or stopped) search. ``stopped``: "completed", "budget" (the LLM budget is
-    spent) or "llm_batch" (batch LLM mode: requests written out, resume after importing the
-    replies). ``logbook``: the DEAP Logbook, one record per completed generation."""
+    spent), "llm_batch" (batch LLM mode: requests written out, resume after importing the
+    replies) or "needs_gpu" (batch LLM mode without a GPU: a round is ready to be evaluated,
+    resume on the GPU). ``logbook``: the DEAP Logbook, one record per completed generation."""
 
     run_dir: Path
     generations: list[GenerationStats]
@@ -160,28 +161,52 @@ def batch_round(calls: Callable[[], Any], gen: int, rng: random.Random, batch: A
 
     Without the batch mode, or with every reply in the cache: its result. Pending and submitted
     (``--llm-batch-submit``): the round is made again from the cache, with the run's RNG as it
-    was, so that it plans the same calls. Pending and written out: None, before anything of the
-    round was evaluated; its RNG state is not saved, so --resume plans the same calls again and
-    finds the replies in the reply cache once `evokernel llm import` has filled it.
+    was, so that it plans the same calls. Pending and written out: "llm_batch", before anything
+    of the round was evaluated; its RNG state is not saved, so --resume plans the same calls
+    again and finds the replies in the reply cache once `evokernel llm import` has filled it.
+    Every reply in the cache but no GPU to evaluate the round (evokernel.engine.deferred):
+    "needs_gpu", likewise before anything of the round was evaluated.
     """
     state = rng.getstate()
     while True:
         try:
             return calls()
+        except EvaluationDeferred as e:
+            logger.warning("generation {}: {}; the run stops here (resume it on a machine with "
+                           "the GPU)", gen, e)
+            return "needs_gpu"
         except LLMPending as e:
             if batch is None:              # a client of its own wrote the requests out
                 logger.warning("generation {}: {}; the run stops here", gen, e)
-                return None
+                return "llm_batch"
             try:
                 again = batch.flush(store, gen, llm)
             except LLMPending as written:
                 logger.warning("generation {}: {}; the run stops here (resume it after the "
                                "batch replies are imported)", gen, written)
-                return None
+                return "llm_batch"
             if not again:
                 logger.warning("generation {}: {} and nothing was written out", gen, e)
-                return None
+                return "llm_batch"
             rng.setstate(state)
+
+
+def prompt_device(meta: Mapping[str, Any] | None, info: Mapping[str, Any]) -> dict[str, Any]:
+    """The device sheet (evokernel.engine.device_sheet) the run's prompts show.
+
+    Args:
+        meta: a resumed run's RunStore.meta() (None: a new run); its ``device`` is the sheet
+            recorded when the run started.
+        info: this evaluator's sheet.
+    Returns: the recorded sheet when it names the same GPU as ``info``, so that a resumed run
+        asks the same questions (the sheet holds measured bandwidth and FLOP/s, which move a
+        little between measurements, and a prompt that differs misses the reply cache, which
+        in the batch mode would ask again for every reply just imported); else ``info``.
+    """
+    recorded = (meta or {}).get("device")
+    if isinstance(recorded, Mapping) and recorded.get("device") == info.get("device"):
+        return dict(recorded)
+    return dict(info)
 
 
 def generation_stats(gen: int, population: Sequence[Any], islands: Sequence[Sequence[Any]],

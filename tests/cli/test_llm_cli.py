@@ -18,6 +18,8 @@ def no_gpu_needed(monkeypatch):
 
     import evokernel.engine.evaluator as evaluator
     monkeypatch.setattr("evokernel.cli.options.require_gpu", lambda *a: None)
+    # the fake stands for a GPU machine's evaluator: no deferred rounds (evokernel.engine.deferred)
+    monkeypatch.setattr("evokernel.engine.deferred.deferred_evaluator", lambda *a, **k: None)
     fake = lambda problem, cfg, *args, **kwargs: FakeEvaluator(problem)   # noqa: E731
     monkeypatch.setattr(evaluator, "CudaEvaluator", fake)
     try:                    # where the run builds its evaluator once engine/factory.py exists
@@ -30,6 +32,33 @@ def no_gpu_needed(monkeypatch):
 RUN = ["run", "softmax", "--model", "openai/frontier-stand-in", "--generations", "1",
        "--population", "2", "--offspring", "4", "--ideas", "2", "--implementations", "1",
        "--no-compile-baseline"]
+
+
+def test_a_resume_without_a_gpu_makes_the_implementation_round_then_says_where_to_go_on(
+        tmp_path, no_gpu_needed, capsys, monkeypatch):
+    run_dir, folder = tmp_path / "run", tmp_path / "batch"
+    assert cli.main(RUN + ["--run-dir", str(run_dir), "--llm-batch", str(folder)]) == 0
+    from evokernel.engine import deferred
+    monkeypatch.undo()        # now a machine without a GPU, and no fake evaluator
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    store = RunStore(run_dir)
+    store.set_meta("device", {"device": "NVIDIA H200", "copy_gbs": 4000.0})  # as a GPU records
+    store.close()
+    assert deferred.deferred_evaluator is not None
+    outs = []
+    for _ in range(3):
+        write_replies(folder, scripted_reply, answered_by="script", scripted=True)
+        assert cli.main(["llm", "import", str(folder), str(run_dir)]) == 0
+        capsys.readouterr()
+        assert cli.main(["run", "--resume", str(run_dir), "--llm-batch", str(folder)]) == 0
+        outs.append(capsys.readouterr().out)
+        if "(needs_gpu)" in outs[-1]:
+            break
+    assert "(llm_batch)" in outs[0] and "(needs_gpu)" in outs[-1]
+    assert f"evokernel run --resume {run_dir} --llm-batch {folder}" in outs[-1]
+    store = RunStore(run_dir, read_only=True)
+    assert not store.llm_requests("pending") and store.generations()[-1]["generation"] == 0
+    store.close()
 
 
 def test_run_llm_batch_import_resume_until_done(tmp_path, no_gpu_needed, capsys):
