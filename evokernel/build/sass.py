@@ -200,15 +200,16 @@ def audit_sass(text: str, *, demangle_names: bool = True) -> SassAudit:
 
 
 def audit_build_dirs(build_dirs: Iterable[str | Path], tool: str | None = None) -> SassAudit:
-    """The audit of every extension (``*.so``) in ``build_dirs`` (load_inline build folders),
-    merged. Raises: SassUnavailable (see disassemble), also when a folder holds no .so."""
+    """The audit of every extension (``*.so``) in ``build_dirs`` (load_inline build folders), or
+    of every cubin where a folder holds none (NVRTC builds, evokernel.nvrtc.compiler), merged.
+    Raises: SassUnavailable (see disassemble), also when a folder holds neither."""
     kernels: list[str] = []
     findings: list[PrecisionFinding] = []
     total = 0
     for d in build_dirs:
-        libraries = sorted(Path(d).glob("*.so"))
+        libraries = sorted(Path(d).glob("*.so")) or sorted(Path(d).glob("*.cubin"))
         if not libraries:
-            raise SassUnavailable(f"{d}: no built extension (.so) in the build folder")
+            raise SassUnavailable(f"{d}: no built extension (.so) or cubin in the build folder")
         for lib in libraries:
             one = audit_sass(disassemble(lib, tool))
             kernels += one.kernels

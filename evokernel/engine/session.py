@@ -8,6 +8,8 @@ import time
 import traceback
 from typing import Any
 
+from loguru import logger
+
 from evokernel.config import EvalConfig
 from evokernel.engine.faults import classify_exception, tail
 from evokernel.engine.outputs import context_error
@@ -67,8 +69,20 @@ class Session:
         self._expected: dict[tuple[int, bool], list[tuple[Any, ...]]] = {}
         from evokernel import nvrtc
         nvrtc.configure(config.cache_path, arch)   # before the snapshot: the Load stage's own
+        self._warm_nvrtc()                          # likewise: a first use loads libraries
         self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)   # call changes nothing
         self.info = self._info()
+
+    @staticmethod
+    def _warm_nvrtc() -> None:
+        """nvrtc.warm_up, or a log line where NVRTC or cuda.core is missing or broken (then only
+        NVRTC candidates fail, each with its own error; load_inline ones are unaffected)."""
+        from evokernel import nvrtc
+        try:
+            nvrtc.warm_up()
+        except Exception as e:                     # noqa: BLE001 - reported, not fatal
+            logger.warning("NVRTC warm-up failed ({}: {}); NVRTC candidates may fail",
+                           type(e).__name__, e)
 
     def _set_floors(self, path: str) -> None:
         """The memory floor (the one bound), the FP32 compute floor (information) and which of

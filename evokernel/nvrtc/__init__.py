@@ -36,7 +36,7 @@ errors at the kernel file's line. The engine recognizes the form by the call
 Importing this package imports neither torch nor cuda.core.
 """
 from evokernel.nvrtc.errors import KernelArgumentError, NvrtcCompileError
-from evokernel.nvrtc.runtime import Kernel, Kernels, compile_kernels, configure
+from evokernel.nvrtc.runtime import Kernel, Kernels, compile_kernels, configure, warm_up
 
-__all__ = ["compile_kernels", "configure", "Kernel", "Kernels", "KernelArgumentError",
+__all__ = ["compile_kernels", "configure", "warm_up", "Kernel", "Kernels", "KernelArgumentError",
            "NvrtcCompileError"]

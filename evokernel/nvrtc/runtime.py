@@ -63,6 +63,27 @@ def configure(cache_dir: str | os.PathLike | None = None, arch: str | None = Non
     return previous
 
 
+#: warm_up's kernel: it writes one zero.
+_WARM_SOURCE = 'extern "C" __global__ void evokernel_warm_up(float* out) { out[0] = 0.f; }'
+
+
+def warm_up() -> None:
+    """Compile, load and launch one empty kernel on the current CUDA device and wait for it.
+
+    The GPU worker calls this before its module snapshot and tamper watch (evokernel.engine.
+    session): the first use of NVRTC and cuda.core in a process loads libraries, and on the H200
+    (2026-12-02) that first use started a subprocess (a library search), which the gate then
+    blamed on the first NVRTC candidate of each worker (rejected as ``threads``).
+    Raises: NvrtcCompileError or cuda.core's errors when NVRTC or the launch does not work."""
+    import torch
+    kernels = compile_kernels(_WARM_SOURCE, "evokernel_warm_up")
+    out = torch.ones(1, device="cuda")
+    kernels["evokernel_warm_up"].launch((1,), (1,), out)
+    torch.cuda.synchronize()
+    if out.item() != 0.0:
+        raise RuntimeError("evokernel.nvrtc.warm_up: the kernel ran but wrote nothing")
+
+
 def current_arch() -> str:
     """The arch compiles are for: ``configure``'s, else the current CUDA device's ("9.0").
     Raises: NvrtcCompileError when neither is known (no GPU and nothing configured)."""
@@ -164,9 +185,12 @@ class _Module:
         from cuda.core import Device, ObjectCode
         Device(device).set_current()
         if self._code is None:
-            self._code = ObjectCode.from_cubin(self.compiled.cubin,
-                                               symbol_mapping=dict(self.compiled.symbols))
-        return self._code.get_kernel(name)
+            self._code = ObjectCode.from_cubin(self.compiled.cubin)
+        # The lowered (mangled) symbol, as bytes: cuda.core 1.2.0 passes a symbol_mapping's
+        # str values to the driver unencoded (TypeError "expected bytes, str found" on the H200,
+        # 2026-12-02), and bytes are what every version's get_kernel takes.
+        symbol = dict(self.compiled.symbols).get(name, name)
+        return self._code.get_kernel(symbol.encode() if isinstance(symbol, str) else symbol)
 
     def stream(self, torch_stream: Any) -> Any:
         key = int(torch_stream.cuda_stream)

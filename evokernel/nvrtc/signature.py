@@ -128,10 +128,17 @@ def parse_signature(demangled: str) -> tuple[Param, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _cxa_demangle() -> Any:
-    path = ctypes.util.find_library("stdc++") or "libstdc++.so.6"
+    # libstdc++ by its soname first: ctypes.util.find_library runs `ldconfig -p` (a subprocess,
+    # which a GPU worker's tamper watch rejects when it happens in a candidate's call).
     try:
-        fn = ctypes.CDLL(path).__cxa_demangle
+        fn = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
     except (OSError, AttributeError):
+        path = ctypes.util.find_library("stdc++")
+        try:
+            fn = ctypes.CDLL(path).__cxa_demangle if path else None
+        except (OSError, AttributeError):
+            fn = None
+    if fn is None:
         return None
     fn.restype = ctypes.c_void_p
     fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
