@@ -70,8 +70,10 @@ EK="python3 -m evokernel"
   date -u +"date: %Y-%m-%dT%H:%M:%SZ"
   # The device tool's copy of the tree is not a git checkout: `git rev-parse HEAD > COMMIT`
   # before the call, and carry COMMIT (it is git-ignored), records the commit it was copied from.
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || cat COMMIT 2>/dev/null || echo unknown)$(
-    git diff --quiet HEAD 2>/dev/null || [ ! -d .git ] || echo ' (with uncommitted changes)')"
+  # A carried COMMIT wins: the device tool's copy may hold a stale .git of the session's start.
+  if [ -f COMMIT ]; then echo "commit: $(cat COMMIT) (from the carried COMMIT file)"
+  else echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(
+    git diff --quiet HEAD 2>/dev/null || [ ! -d .git ] || echo ' (with uncommitted changes)')"; fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.get_device_name(0))"
   nvcc --version | tail -2

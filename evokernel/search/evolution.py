@@ -45,7 +45,7 @@ from evokernel.runs.store import RunStore
 from evokernel.search.archive import Archive, sel_niches
 from evokernel.search.contexts import GenerationContexts
 from evokernel.search.runstate import (GenerationStats, RunResult, batch_round,
-                                       check_credentials, check_resumable, connect_llm,
+                                       check_llm_run, connect_llm,
                                        REPAIRABLE, discard_if_empty, generation_stats,
                                        prompt_device, raise_if_every_llm_call_failed,
                                        saved_state)
@@ -149,15 +149,11 @@ class Evolution:
         if not (hasattr(self.toolbox, "mutate") or hasattr(self.toolbox, "mate")):
             raise ConfigError("Evolution.toolbox has neither 'mutate' nor 'mate' registered")
         run_dir = Path(cfg.run_dir or f"runs/{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        sends = self.llm_batch is None or self.llm_batch.submit   # batch export: nothing sent
         created = not run_dir.exists()
         resumed = RunStore(run_dir) if resume else None
         cfg = resumed.config() if resumed is not None else cfg   # a resumed run's own config
-        if self.llm is None and cfg.llm.model is not None:
-            if resumed is not None:
-                check_resumable(resumed, run_dir, batch=self.llm_batch is not None)
-            if sends:
-                check_credentials(cfg)
+        if self.llm is None and cfg.llm.model is not None:        # evokernel makes the client
+            check_llm_run(cfg, resumed, run_dir, self.llm_batch)
         recorded = resumed.meta() if resumed is not None else None
         if self.evaluator is None and not isinstance(self.dask, str):
             self.evaluator = deferred_evaluator(recorded, self.llm_batch)  # batch, no GPU

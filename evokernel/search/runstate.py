@@ -140,6 +140,16 @@ def check_resumable(store: RunStore, run_dir: Path, *, batch: bool) -> None:
                           "with the same --llm-batch DIR")
 
 
+def check_llm_run(cfg: RunConfig, resumed: RunStore | None, run_dir: Path, batch: Any) -> None:
+    """The checks of a run whose LLM client evokernel makes: a resumed one must be resumable
+    (check_resumable), and one that sends requests (no batch mode, or ``--llm-batch-submit``)
+    needs credentials (check_credentials). Raises: ConfigError."""
+    if resumed is not None:
+        check_resumable(resumed, run_dir, batch=batch is not None)
+    if batch is None or batch.submit:              # the batch export sends nothing
+        check_credentials(cfg)
+
+
 def connect_llm(llm: Any, cfg: RunConfig, store: RunStore, run_dir: Path) -> Any:
     """The run's LLM client: ``llm`` when one was passed in (its calls then recorded in
     ``store`` unless it records them elsewhere), else a new LLMClient for ``cfg.llm.model``
