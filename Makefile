@@ -1,4 +1,5 @@
-# make run   create .venv, install, and run the main job (a search on the default problem)
+# make run   create .venv, install, and run the main job (replay the recorded frontier-LLM softmax
+#            search on this GPU; ARGS="--model provider/name": a live search)
 # make test  create .venv, install the test extras, and run the CPU test suite
 PYTHON ?= python3
 VENV   := .venv
@@ -17,8 +18,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
+# Without --model in ARGS: replay the committed frontier-LLM softmax search on this GPU (every
+# kernel re-built, re-gated and re-timed here; no LLM is asked). With --model: a live search.
+REPLAY ?= results/h200-2026-12-02/frontier/softmax
 run: $(VENV)/.installed
-	$(BIN)/evokernel run softmax $(ARGS)
+	@case " $(ARGS) " in \
+	  *" --model"*) $(BIN)/evokernel run softmax $(ARGS) ;; \
+	  *) $(BIN)/evokernel replay $(REPLAY) $(ARGS) ;; \
+	esac
 
 # On a machine without a GPU, kernels are still compiled (for sm_90) by the build tests.
 test: $(VENV)/.installed

@@ -12,6 +12,7 @@
     evokernel suite PROBLEM...           check or search a problem set; fast_p table
     evokernel bench                      measure the evaluation engine itself
     evokernel llm import SRC RUN_DIR     the batch LLM mode's replies into a run
+    evokernel replay RUN_DIR             re-measure a recorded search's kernels on this GPU
 
 Exit status: 0 success (check: accepted; export: a kernel was written), 1 a kernel was
 rejected or none was accepted (problems: a bad file; --sanitize: compute-sanitizer reported an
@@ -31,7 +32,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from evokernel.cli import check, options, problems, rundir, run, suite
+from evokernel.cli import check, options, problems, replay, rundir, run, suite
 from evokernel.errors import EvokernelError, NoGPUError
 
 Parsers = dict[str, argparse.ArgumentParser]
@@ -66,6 +67,7 @@ COMMANDS: list[Callable[[Any, Parsers], Parsers]] = [
     _one("run", run.add_parser), _one("check", check.add_parser),
     _one("problems", problems.add_parser), _bench,
     lambda sub, parsers: rundir.add_parsers(sub), _one("suite", suite.add_parser), _llm,
+    _one("replay", replay.add_parser),
 ]
 
 
