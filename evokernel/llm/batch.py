@@ -10,8 +10,9 @@ after each round of operator calls):
    ``DIR/<run>-g<generation>-r<round>.jsonl`` (one line per request: ``custom_id`` = the
    reply-cache key, ``method``, ``url`` ``/v1/chat/completions``, ``body`` with the model, the
    system and user messages and the sampling settings), and each request as its own file,
-   ``DIR/requests/<custom_id>.json`` (custom_id, model, messages, temperature, max_tokens), to be
-   answered in a fresh context from that file alone, its reply text saved verbatim as
+   ``DIR/requests/<custom_id>.json`` (custom_id, model, messages, temperature, max_tokens), and
+   as ``DIR/requests/<custom_id>.md`` (the same messages as plain text, for a reader that
+   shortens long lines), to be answered in a fresh context from that file alone, its reply text saved verbatim as
    ``DIR/replies/<custom_id>.txt``. The run store records each request as pending
    (RunStore.add_llm_requests).
 3. Without ``submit`` it raises LLMPending: the search stops before the round's children are
@@ -35,6 +36,8 @@ from typing import Any, Callable, Mapping
 
 #: The Batch API endpoint every line asks for.
 ENDPOINT = "/v1/chat/completions"
+#: The line around each message's role in a ``requests/<custom_id>.md`` file.
+MESSAGE_RULE = "========"
 #: The reply folder's optional manifest: {"answered_by": "...", "scripted": false}.
 MANIFEST = "answered_by.json"
 
@@ -94,6 +97,23 @@ class BatchRequest:
         needs (messages and settings), with the id its reply file must carry."""
         return {"custom_id": self.custom_id, "model": self.model, "messages": self.messages,
                 "temperature": self.temperature, "max_tokens": self.max_tokens}
+
+    def request_text(self) -> str:
+        """The same request as ``requests/<custom_id>.md``: the messages verbatim, with real
+        line breaks, each under a line naming its role. A JSON file holds each message on one
+        line (35,000 characters for a prompt with three kernels), and a reader that shortens
+        long lines, as an agent's file viewer does, shows the model a kernel with its middle
+        cut out (seen in the frontier run of 2026-12-02)."""
+        head = [f"LLM request {self.custom_id}",
+                f"model: {self.model}; temperature: {self.temperature}; max_tokens: "
+                f"{self.max_tokens}",
+                "Reply with the assistant message's content; it is saved verbatim as "
+                f"replies/{self.custom_id}.txt."]
+        parts = ["\n".join(head)]
+        for m in self.messages:
+            parts.append(f"{MESSAGE_RULE} {m.get('role', '?')} message {MESSAGE_RULE}\n"
+                         f"{m.get('content', '')}")
+        return "\n\n".join(parts) + "\n"
 
 
 class BatchQueue:
@@ -171,6 +191,7 @@ def write_export(store: Any, folder: Path, generation: int,
     for r in requests:
         _write_text(folder / "requests" / f"{r.custom_id}.json",
                     json.dumps(r.request_file(), indent=1, ensure_ascii=False) + "\n")
+        _write_text(folder / "requests" / f"{r.custom_id}.md", r.request_text())
     _write_text(path, "".join(json.dumps(r.batch_line(), ensure_ascii=False) + "\n"
                               for r in requests))
     store.add_llm_requests(generation, str(path), [

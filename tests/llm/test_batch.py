@@ -322,3 +322,15 @@ def test_a_run_waiting_for_batch_replies_is_not_resumed_live(tmp_path, stopped, 
                      evaluator=BuildingFakeEvaluator())
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
         live.run(resume=True)
+
+
+def test_each_request_is_also_written_as_plain_text_with_its_messages_verbatim(tmp_path, stopped):
+    cfg, store = stopped
+    for row in store.llm_requests():
+        as_json = json.loads((tmp_path / "batch" / "requests" / f"{row['key']}.json").read_text())
+        text = (tmp_path / "batch" / "requests" / f"{row['key']}.md").read_text()
+        assert row["key"] in text.splitlines()[0]
+        for m in as_json["messages"]:
+            assert f"======== {m['role']} message ========\n{m['content']}" in text
+        assert max(len(line) for line in text.splitlines()) < max(
+            len(m["content"]) for m in as_json["messages"])     # real line breaks
