@@ -1,17 +1,17 @@
 # evokernel: best kernel of run softmax for problem softmax
-# candidate eb88f13d76ef02db, generation 1, operator idea; speedup 1.698x over eager (1.0515 ms -> 0.6192 ms, 130% of floor)
-# idea: [memory] Stage each 256 KiB row in distributed shared memory across a thread-block cluster of 2 blocks (__cluster_dims__(2,1,1), 512 threads each, 128 KiB dynamic smem per block set via cudaFuncSetAttribute). Each block loads its 32768-float half of the row into smem once with float4 loads while computing a local online (max, sum). The blocks swap their pair through cluster.map_shared_rank and cluster.sync(), then each rescales and writes its half from smem with float4 stores. HBM then sees exactly one read and one write per element.
+# candidate 48ec26fa874b3e87, generation 2, operator idea; speedup 1.859x over eager (1.0486 ms -> 0.5642 ms, 117% of floor)
+# idea: [compute] Strip the loop overhead. Use 32-bit indices on precomputed row pointers instead of the int64_t `i < cols` induction, and add a templated fast path for cols % (BLOCK*4*UNROLL) == 0 (UNROLL=4: each thread issues 4 independent LDG.128/__ldcs per iteration, fully unrolled, no per-element predicates), with the current guarded loop kept only for the tail. Writes use __stcs float4 streaming stores, so each element costs a fraction of an address/compare instruction instead of a 64-bit IMAD plus a compare and branch.
 # check it: evokernel check softmax results/h200-2026-12-02/frontier/softmax/best.py
-"""Softmax (dim=1): one thread-block cluster per row, the row staged once in (distributed) shared memory.
+"""Softmax (dim=1): one block per row, online (max, sum) read pass + reversed normalize pass.
 
-Each block of a CLUSTER-block cluster owns a contiguous 1/CLUSTER slice of the row. It streams the slice
-from HBM into its dynamic shared memory with float4 loads while keeping a per-thread online (max, sum).
-A warp-shuffle block reduction gives the block's (max, sum); the blocks publish it in shared memory, a
-cluster barrier makes it visible, thread 0 of every block reads all CLUSTER partials through
-map_shared_rank and merges them in rank order (identical result in every block), then the block writes
-exp(x - M) / S from shared memory with float4 streaming stores. HBM sees one read and one write per
-element. The second cluster barrier is split (arrive before the write phase, wait after it) so that no
-block waits for its peers before writing, while still not exiting before peers finished reading its smem.
+Pass 1 reads the row once with UNROLL independent float4 loads per thread per iteration (no predicates
+on the fast path: the host picks the TAIL=false instantiation when the row length in vectors is a
+multiple of BLOCK*UNROLL), takes one nan-propagating max over the UNROLL*4 values, rescales the running
+sum at most once per group and adds a pairwise sum of the group's exps. A warp-shuffle block reduction
+merges the per-thread (max, sum). Pass 2 walks the row from its end to its start, so the most recently
+loaded lines (still in L1 / L2) are re-read first, and writes exp(x - M) * (1/S) with streaming
+stores. All per-element indices are 32-bit offsets from a row pointer computed once per row; inside a
+group the UNROLL loads use immediate offsets (u * BLOCK * 16 bytes).
 """
 import torch
 import torch.nn as nn
@@ -24,22 +24,21 @@ cuda_src = r"""
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
-#include <cooperative_groups.h>
 #include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <algorithm>
 
-namespace cg = cooperative_groups;
-
-constexpr int BLOCK = 512;       // tune: 128 256 512 1024
-constexpr int CLUSTER = 4;       // tune: 2 4 8
+constexpr int BLOCK = 1024;      // tune: 128 256 512 1024
 constexpr int UNROLL = 4;        // tune: 1 2 4 8
-constexpr int MIN_BLOCKS = 3;    // tune: 1 2 3 4
+constexpr int MIN_BLOCKS = 1;    // tune: 1 2
 constexpr int NWARPS = BLOCK / 32;
-constexpr int MINB = (MIN_BLOCKS < (2048 / BLOCK)) ? MIN_BLOCKS : (2048 / BLOCK);
-static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "BLOCK must be a multiple of 32");
-static_assert(CLUSTER >= 1 && CLUSTER <= 8, "portable cluster size");
+constexpr int MINB_RAW = (MIN_BLOCKS < (2048 / BLOCK)) ? MIN_BLOCKS : (2048 / BLOCK);
+constexpr int MINB = (MINB_RAW < 1) ? 1 : MINB_RAW;
+constexpr int STEP = BLOCK * UNROLL;   // vectors per block iteration
+static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "BLOCK must be a multiple of 32, at most 1024");
+static_assert(UNROLL >= 1, "UNROLL >= 1");
 
 #define NEG_BIG (-FLT_MAX)
 
@@ -47,13 +46,31 @@ template <int VEC> struct VecT;
 template <> struct VecT<4> { using type = float4; };
 template <> struct VecT<1> { using type = float; };
 
-__device__ __forceinline__ float ld_stream(const float* p) { return __ldcs(p); }
-__device__ __forceinline__ float4 ld_stream(const float4* p) { return __ldcs(p); }
-__device__ __forceinline__ void st_stream(float* p, float v) { __stcs(p, v); }
+// First read: cached (L1 + L2), since the row is read again in pass 2.
+__device__ __forceinline__ float  ld_first(const float* p)  { return __ldg(p); }
+__device__ __forceinline__ float4 ld_first(const float4* p) { return __ldg(p); }
+// Last read: streaming (evict-first).
+__device__ __forceinline__ float  ld_last(const float* p)  { return __ldcs(p); }
+__device__ __forceinline__ float4 ld_last(const float4* p) { return __ldcs(p); }
+__device__ __forceinline__ void st_stream(float* p, float v)   { __stcs(p, v); }
 __device__ __forceinline__ void st_stream(float4* p, float4 v) { __stcs(p, v); }
 
 // max that propagates NaN (like PyTorch): once a NaN is seen, it stays.
 __device__ __forceinline__ float nanmax(float a, float b) { return (b > a || isnan(b)) ? b : a; }
+
+__device__ __forceinline__ float vmax(float v)  { return v; }
+__device__ __forceinline__ float vmax(float4 v) { return nanmax(nanmax(v.x, v.y), nanmax(v.z, v.w)); }
+
+__device__ __forceinline__ float vexpsum(float v, float m)  { return expf(v - m); }
+__device__ __forceinline__ float vexpsum(float4 v, float m) {
+    return (expf(v.x - m) + expf(v.y - m)) + (expf(v.z - m) + expf(v.w - m));
+}
+
+__device__ __forceinline__ float  normalize(float v, float M, float inv) { return expf(v - M) * inv; }
+__device__ __forceinline__ float4 normalize(float4 v, float M, float inv) {
+    return make_float4(expf(v.x - M) * inv, expf(v.y - M) * inv,
+                       expf(v.z - M) * inv, expf(v.w - M) * inv);
+}
 
 // (m, s) <- merge of two partial softmax states: s = sum exp(x - m).
 __device__ __forceinline__ void merge_ms(float& m, float& s, float m2, float s2) {
@@ -62,21 +79,12 @@ __device__ __forceinline__ void merge_ms(float& m, float& s, float m2, float s2)
     m = M;
 }
 
-// Online accumulation of one element / one float4.
-__device__ __forceinline__ void accum(float& m, float& s, float v) {
-    if (v > m || isnan(v)) { s *= expf(m - v); m = v; }
-    s += expf(v - m);
-}
-__device__ __forceinline__ void accum(float& m, float& s, float4 v) {
-    const float lm = nanmax(nanmax(v.x, v.y), nanmax(v.z, v.w));
+// Online accumulation of one vector (tail path).
+template <typename V>
+__device__ __forceinline__ void accum(float& m, float& s, V v) {
+    const float lm = vmax(v);
     if (lm > m || isnan(lm)) { s *= expf(m - lm); m = lm; }
-    s += (expf(v.x - m) + expf(v.y - m)) + (expf(v.z - m) + expf(v.w - m));
-}
-
-__device__ __forceinline__ float normalize(float v, float M, float inv) { return expf(v - M) * inv; }
-__device__ __forceinline__ float4 normalize(float4 v, float M, float inv) {
-    return make_float4(expf(v.x - M) * inv, expf(v.y - M) * inv,
-                       expf(v.z - M) * inv, expf(v.w - M) * inv);
+    s += vexpsum(v, m);
 }
 
 // Block reduction of (m, s); the result is valid in thread 0 (all of warp 0).
@@ -102,112 +110,75 @@ __device__ __forceinline__ void block_reduce_ms(float& m, float& s, float* red_m
     }
 }
 
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-}
-
-// One cluster per row (grid-stride over rows by cluster). Block `rank` owns V-elements
-// [rank*chunk, min(n, (rank+1)*chunk)) of the row, staged in dynamic shared memory.
-template <int VEC>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(BLOCK, MINB)
-softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y,
-                       long long rows, long long cols, long long chunk) {
+// One block per row (grid-stride over rows). n = vectors per row, cols = floats per row.
+// TAIL=false requires n % STEP == 0 (checked on the host).
+template <int VEC, bool TAIL>
+__global__ void __launch_bounds__(BLOCK, MINB)
+softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ y, int rows, int n, int cols) {
     using V = typename VecT<VEC>::type;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    V* tile = reinterpret_cast<V*>(smem_raw);
     __shared__ float red_m[NWARPS];
     __shared__ float red_s[NWARPS];
-    __shared__ float2 slot;    // this block's partial (m, s), read by the whole cluster
     __shared__ float2 bcast;   // the row's (M, 1/S)
 
-    cg::cluster_group cluster = cg::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    const long long nclusters = gridDim.x / CLUSTER;
-    const long long n = cols / VEC;
-    const long long begin = (long long)rank * chunk;
-    const long long end = (begin + chunk < n) ? (begin + chunk) : n;
-    const int len = (end > begin) ? (int)(end - begin) : 0;
+    const int tid = threadIdx.x;
+    const int nfull = TAIL ? (n / STEP) * STEP : n;
 
-    for (long long row = blockIdx.x / CLUSTER; row < rows; row += nclusters) {
-        const V* xr = reinterpret_cast<const V*>(x + row * cols) + begin;
-        V* yr = reinterpret_cast<V*>(y + row * cols) + begin;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const V* __restrict__ xr = reinterpret_cast<const V*>(x + (long long)row * cols);
+        V* __restrict__ yr = reinterpret_cast<V*>(y + (long long)row * cols);
+        const V* __restrict__ xt = xr + tid;
+        V* __restrict__ yt = yr + tid;
 
-        // Phase 1: HBM -> smem, once, with a per-thread online (max, sum).
+        // ---- Pass 1: online (max, sum), UNROLL independent unpredicated loads per iteration.
         float m = NEG_BIG, s = 0.0f;
-        for (int base = threadIdx.x; base < len; base += BLOCK * UNROLL) {
+        for (int base = 0; base < nfull; base += STEP) {
+            const V* __restrict__ pb = xt + base;
             V v[UNROLL];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int i = base + u * BLOCK;
-                if (i < len) v[u] = ld_stream(xr + i);
-            }
+            for (int u = 0; u < UNROLL; ++u) v[u] = ld_first(pb + u * BLOCK);
+            float lm = vmax(v[0]);
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int i = base + u * BLOCK;
-                if (i < len) { tile[i] = v[u]; accum(m, s, v[u]); }
+            for (int u = 1; u < UNROLL; ++u) lm = nanmax(lm, vmax(v[u]));
+            if (lm > m || isnan(lm)) { s *= expf(m - lm); m = lm; }
+            float e[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) e[u] = vexpsum(v[u], m);
+#pragma unroll
+            for (int w = 1; w < UNROLL; w <<= 1) {
+#pragma unroll
+                for (int u = 0; u + w < UNROLL; u += 2 * w) e[u] += e[u + w];
             }
+            s += e[0];
+        }
+        if (TAIL) {
+            for (int i = nfull + tid; i < n; i += BLOCK) accum(m, s, ld_first(xr + i));
         }
 
-        // Phase 2: block partial, then cluster-wide merge through DSMEM.
+        // ---- Block-wide (M, S).
         block_reduce_ms(m, s, red_m, red_s);
-        if (threadIdx.x == 0) slot = make_float2(m, s);
-        cluster_arrive();      // release: slot visible to the cluster
-        cluster_wait();        // acquire: every block's slot is written
-        if (threadIdx.x == 0) {
-            float M = NEG_BIG, S = 0.0f;
-#pragma unroll
-            for (int r = 0; r < CLUSTER; ++r) {
-                const float2 p = *cluster.map_shared_rank(&slot, (unsigned)r);
-                merge_ms(M, S, p.x, p.y);
-            }
-            bcast = make_float2(M, 1.0f / S);
-        }
+        if (tid == 0) bcast = make_float2(m, 1.0f / s);
         __syncthreads();
-        cluster_arrive();      // this block is done reading its peers' shared memory
-
-        // Phase 3: smem -> HBM. Each thread reads back exactly the elements it staged.
         const float M = bcast.x, inv = bcast.y;
-#pragma unroll 4
-        for (int i = threadIdx.x; i < len; i += BLOCK) st_stream(yr + i, normalize(tile[i], M, inv));
 
-        cluster_wait();        // peers finished reading our slot: safe to rewrite it / exit
+        // ---- Pass 2: normalize, walking the row backwards (most recently loaded lines first).
+        if (TAIL) {
+            for (int i = nfull + tid; i < n; i += BLOCK) st_stream(yr + i, normalize(ld_last(xr + i), M, inv));
+        }
+        for (int base = nfull - STEP; base >= 0; base -= STEP) {
+            const V* __restrict__ pb = xt + base;
+            V* __restrict__ qb = yt + base;
+            V v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) v[u] = ld_last(pb + (UNROLL - 1 - u) * BLOCK);
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) st_stream(qb + (UNROLL - 1 - u) * BLOCK, normalize(v[u], M, inv));
+        }
     }
 }
 
-// Fallback for rows too long to stage in the cluster's shared memory: two reads, one write.
-template <int VEC>
-__global__ void __launch_bounds__(BLOCK)
-softmax_rows_fallback(const float* __restrict__ x, float* __restrict__ y, long long rows, long long cols) {
-    using V = typename VecT<VEC>::type;
-    __shared__ float red_m[NWARPS];
-    __shared__ float red_s[NWARPS];
-    __shared__ float2 bcast;
-    const long long n = cols / VEC;
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const V* xr = reinterpret_cast<const V*>(x + row * cols);
-        V* yr = reinterpret_cast<V*>(y + row * cols);
-        float m = NEG_BIG, s = 0.0f;
-        for (long long i = threadIdx.x; i < n; i += BLOCK) accum(m, s, xr[i]);
-        block_reduce_ms(m, s, red_m, red_s);
-        if (threadIdx.x == 0) bcast = make_float2(m, 1.0f / s);
-        __syncthreads();
-        const float M = bcast.x, inv = bcast.y;
-        for (long long i = threadIdx.x; i < n; i += BLOCK) st_stream(yr + i, normalize(ld_stream(xr + i), M, inv));
-    }
-}
-
-template <int VEC>
-static void ensure_smem_attr(int dev, int bytes) {
-    static int set_bytes[64] = {0};
-    const int d = (dev >= 0 && dev < 64) ? dev : 0;
-    if (bytes > set_bytes[d] || dev >= 64) {
-        C10_CUDA_CHECK(cudaFuncSetAttribute(softmax_cluster_kernel<VEC>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        set_bytes[d] = bytes;
-    }
+template <int VEC, bool TAIL>
+static void launch_rows(const float* xp, float* yp, int rows, int n, int cols, unsigned grid, cudaStream_t stream) {
+    softmax_rows_kernel<VEC, TAIL><<<grid, BLOCK, 0, stream>>>(xp, yp, rows, n, cols);
 }
 
 torch::Tensor softmax_cuda(torch::Tensor x) {
@@ -217,8 +188,11 @@ torch::Tensor softmax_cuda(torch::Tensor x) {
     const c10::cuda::CUDAGuard guard(x.device());
     x = x.contiguous();
     auto y = torch::empty_like(x);
-    const long long rows = x.size(0), cols = x.size(1);
-    if (rows == 0 || cols == 0) return y;
+    const int64_t rows64 = x.size(0), cols64 = x.size(1);
+    if (rows64 == 0 || cols64 == 0) return y;
+    TORCH_CHECK(cols64 <= (int64_t)(INT_MAX - 2 * STEP), "softmax_cuda: row too long for 32-bit indexing");
+    TORCH_CHECK(rows64 <= (int64_t)INT_MAX, "softmax_cuda: too many rows");
+    const int rows = (int)rows64, cols = (int)cols64;
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
     const float* xp = x.data_ptr<float>();
@@ -226,31 +200,16 @@ torch::Tensor softmax_cuda(torch::Tensor x) {
     const bool vec4 = (cols % 4 == 0) &&
                       (reinterpret_cast<uintptr_t>(xp) % 16 == 0) &&
                       (reinterpret_cast<uintptr_t>(yp) % 16 == 0);
-    const int VEC = vec4 ? 4 : 1;
-    const long long n = cols / VEC;
-    const long long chunk = (n + CLUSTER - 1) / CLUSTER;
-    const long long smem_bytes = chunk * VEC * (long long)sizeof(float);
+    const int n = vec4 ? cols / 4 : cols;
+    const bool tail = (n % STEP) != 0;
+    const unsigned grid = (unsigned)std::min<int64_t>(rows64, 1LL << 20);
 
-    int dev = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&dev));
-    int max_optin = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-
-    const long long max_rows_grid = 1LL << 20;
-    if (smem_bytes + 1024 <= (long long)max_optin) {
-        const long long clusters = std::min<long long>(rows, max_rows_grid);
-        const unsigned grid = (unsigned)(clusters * CLUSTER);
-        if (vec4) {
-            ensure_smem_attr<4>(dev, (int)smem_bytes);
-            softmax_cluster_kernel<4><<<grid, BLOCK, (size_t)smem_bytes, stream>>>(xp, yp, rows, cols, chunk);
-        } else {
-            ensure_smem_attr<1>(dev, (int)smem_bytes);
-            softmax_cluster_kernel<1><<<grid, BLOCK, (size_t)smem_bytes, stream>>>(xp, yp, rows, cols, chunk);
-        }
+    if (vec4) {
+        if (tail) launch_rows<4, true >(xp, yp, rows, n, cols, grid, stream);
+        else      launch_rows<4, false>(xp, yp, rows, n, cols, grid, stream);
     } else {
-        const unsigned grid = (unsigned)std::min<long long>(rows, max_rows_grid);
-        if (vec4) softmax_rows_fallback<4><<<grid, BLOCK, 0, stream>>>(xp, yp, rows, cols);
-        else      softmax_rows_fallback<1><<<grid, BLOCK, 0, stream>>>(xp, yp, rows, cols);
+        if (tail) launch_rows<1, true >(xp, yp, rows, n, cols, grid, stream);
+        else      launch_rows<1, false>(xp, yp, rows, n, cols, grid, stream);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
@@ -258,7 +217,7 @@ torch::Tensor softmax_cuda(torch::Tensor x) {
 """
 
 module = load_inline(
-    name="softmax_cluster_dsmem",
+    name="softmax_online_rev32",
     cpp_sources=cpp_src,
     cuda_sources=cuda_src,
     functions=["softmax_cuda"],
