@@ -41,6 +41,12 @@ def summary(view: RunView, relative: bool = True) -> Table:
         t.add_row(*_cells(key, value))
     dev = view.device
     row("problem", view.problem)
+    if view.replay_of:
+        rec = view.replay_of
+        who = ", ".join(rec.get("answered_by") or rec.get("scripted_by") or ["no LLM"])
+        row("replay of", f"{rec.get('run_dir', '?')}: its kernels (replies of {who}) built, "
+                         f"gated and timed again here; recorded on "
+                         f"{(rec.get('device') or {}).get('device', '?')}")
     row("state", f"{view.state}; last record {age_text(view.last_write_s, relative)}")
     row("device", f"{dev.get('device', '?')} (sm {dev.get('capability', '?')}, "
                   f"{dev.get('sm_count', '?')} SMs), torch {dev.get('torch', '?')}, "

@@ -101,6 +101,7 @@ class RunView:
     llm_usage: dict[str, float]
     last_write_s: float | None
     logbook: list[dict[str, Any]] = field(default_factory=list)   # DEAP Logbook records
+    replay_of: dict[str, Any] | None = None   # evokernel.search.replay: the recorded run
 
     # -- lookups ----------------------------------------------------------------------------
     def entry(self, cid: str) -> Entry | None:
@@ -217,6 +218,7 @@ def load_run(run_dir: str | Path) -> RunView:
     return RunView(run_dir=Path(run_dir), problem=problem.get("name", "?") if isinstance(
                        problem, dict) else str(problem),
                    device=meta.get("device") or {}, config=config, entries=entries,
+                   replay_of=meta.get("replay_of"),
                    generations=_generation_rows(entries, set(completed)),
                    completed_generations=completed, llm_usage=usage, last_write_s=last,
                    logbook=logbook)

@@ -73,3 +73,12 @@ def test_the_command_without_a_gpu_says_so_and_creates_nothing(recorded, tmp_pat
     assert "GPU" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
     assert cli.main(["replay", str(tmp_path / "nothing")]) == 2
+
+
+def test_show_says_a_replay_is_one_and_of_what(recorded, tmp_path, capsys):
+    from evokernel.problem import load_problem
+    out = replay(recorded, tmp_path / "again", evaluator=Counting(
+        load_problem(recorded / "problem.py")))
+    assert cli.main(["show", str(out.run_dir)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "replay of" in text and "built, gated and timed again here" in text
