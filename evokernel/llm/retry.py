@@ -58,13 +58,15 @@ def provider_params(model: str, temperature: float, max_tokens: int | None) -> d
     (a litellm "provider/name") accepts, as litellm maps them for a live call with
     ``drop_params=True`` (litellm.utils.get_optional_params): e.g. gpt-5 and o3 take
     ``max_completion_tokens`` and no temperature other than 1, so the temperature is left out.
-    A model litellm cannot map keeps both settings as they are. Returns: a dict for a
+    A model litellm cannot map keeps both settings as they are, and so does every model where
+    litellm is not installed (a batch export needs no litellm: a GPU machine that only
+    evaluates and writes requests out need not carry it). Returns: a dict for a
     chat-completions body."""
     plain: dict[str, Any] = {"temperature": temperature}
     if max_tokens is not None:
         plain["max_tokens"] = max_tokens
-    litellm = load_litellm()
     try:
+        litellm = load_litellm()
         name, provider, _, _ = litellm.get_llm_provider(model)
         mapped = litellm.utils.get_optional_params(
             model=name, custom_llm_provider=provider, temperature=temperature,
