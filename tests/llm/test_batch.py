@@ -334,3 +334,13 @@ def test_each_request_is_also_written_as_plain_text_with_its_messages_verbatim(t
             assert f"======== {m['role']} message ========\n{m['content']}" in text
         assert max(len(line) for line in text.splitlines()) < max(
             len(m["content"]) for m in as_json["messages"])     # real line breaks
+
+
+def test_a_batch_line_keeps_the_configs_settings_where_litellm_is_not_installed(monkeypatch):
+    import sys
+
+    from evokernel.llm.retry import provider_params
+    assert "temperature" not in provider_params("openai/gpt-5", 0.8, 1000)   # litellm maps it
+    monkeypatch.setitem(sys.modules, "litellm", None)       # `import litellm` now fails
+    assert provider_params("openai/gpt-5", 0.8, 1000) == {"temperature": 0.8, "max_tokens": 1000}
+    assert provider_params("anthropic/claude", 0.8, None) == {"temperature": 0.8}
