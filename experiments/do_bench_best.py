@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the times here too")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = ap.parse_args(argv)
+    if not args.run_dir.is_dir():
+        print(f"do_bench_best: {args.run_dir}: no such folder", file=sys.stderr)
+        return 2
     problem_file, best_file = args.run_dir / "problem.py", args.run_dir / "best.py"
     for f in (problem_file, best_file):
         if not f.is_file():
@@ -43,9 +46,13 @@ def main(argv: list[str] | None = None) -> int:
                   "holds problem.py and best.py)", file=sys.stderr)
             return 2
     import torch
-    import triton.testing
     if not torch.cuda.is_available():
         print("do_bench_best: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    try:
+        import triton.testing
+    except ImportError:
+        print("do_bench_best: needs triton (pip install triton)", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

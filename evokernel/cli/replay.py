@@ -31,9 +31,23 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return r
 
 
+def _check_run_dir(run_dir: Path, recorded: Path) -> None:
+    """Raises: EvokernelError when ``run_dir`` is a file, holds anything, or lies inside the
+    recorded run (the replay must not write into what it reads)."""
+    from evokernel.errors import EvokernelError
+    if run_dir.exists() and not run_dir.is_dir():
+        raise EvokernelError(f"{run_dir}: a file, not a folder for the replay's run")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise EvokernelError(f"{run_dir}: not empty; choose a new --run-dir for the replay")
+    if run_dir.resolve().is_relative_to(recorded.resolve()):
+        raise EvokernelError(f"{run_dir}: inside the recorded run {recorded}; choose a "
+                             "--run-dir outside it")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    from evokernel.engine.factory import require_gpu
     from evokernel.runs.store import RunStore
-    from evokernel.search.replay import replay
+    from evokernel.search.replay import NO_GPU, replay
     recorded = Path(args.recorded)
     store = RunStore(recorded, read_only=True)      # a clear error for a folder that is no run
     try:
@@ -41,9 +55,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     finally:
         store.close()
     run_dir = Path(args.run_dir or f"runs/replay-{recorded.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    _check_run_dir(run_dir, recorded)
     who = ", ".join(usage.get("answered_by") or usage.get("scripted_by") or ["(no LLM)"])
     scripted = " (SCRIPTED stand-in replies, not a model's)" if usage.get("scripted") else ""
-    options.require_gpu()
+    require_gpu(f"evokernel replay: {NO_GPU}")
     print(f"evokernel: replaying {recorded}: its kernels, written from the replies of {who}"
           f"{scripted}, are built, gated and timed again on this GPU; no LLM is asked anything")
 

@@ -26,8 +26,8 @@ from evokernel.records import Candidate, EvalResult
 from evokernel.runs.store import RunStore
 from evokernel.search.toolbox import Individual, logbook_record
 
-NO_GPU = ("a replay builds, gates and times every recorded kernel again on this machine's GPU, "
-          "and PyTorch sees none here; nothing was created (`evokernel show RUN_DIR` reads the "
+NO_GPU = ("it builds, gates and times every recorded kernel again on this machine's GPU, and "
+          "PyTorch sees none here; nothing was created (`evokernel show RUN_DIR` reads the "
           "recorded run without one)")
 
 
@@ -102,7 +102,7 @@ def replay(recorded: str | Path, run_dir: str | Path, *, evaluator: Any = None,
         name=meta.get("problem", {}).get("name", "problem"))
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     if evaluator is None:
-        require_gpu(NO_GPU)
+        require_gpu(f"replay: {NO_GPU}")
     store = RunStore.create(run_dir, cfg, problem)
     owns = evaluator is None
     try:

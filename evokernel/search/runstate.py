@@ -192,8 +192,8 @@ def batch_round(calls: Callable[[], Any], gen: int, rng: random.Random, batch: A
             try:
                 again = batch.flush(store, gen, llm)
             except LLMPending as written:
-                logger.warning("generation {}: {}; the run stops here (resume it after the "
-                               "batch replies are imported)", gen, written)
+                logger.warning("{}; the run stops here (resume it after the batch replies are "
+                               "imported)", written)      # the message names the generation
                 return "llm_batch"
             if not again:
                 logger.warning("generation {}: {} and nothing was written out", gen, e)

@@ -82,3 +82,21 @@ def test_show_says_a_replay_is_one_and_of_what(recorded, tmp_path, capsys):
     assert cli.main(["show", str(out.run_dir)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "replay of" in text and "built, gated and timed again here" in text
+
+
+def test_the_command_refuses_a_run_dir_that_is_a_file_not_empty_or_inside_the_record(
+        recorded, tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    for bad, words in ((tmp_path / "afile", "a file"), (recorded, "not empty"),
+                       (recorded / "sub", "inside the recorded run")):
+        assert cli.main(["replay", str(recorded), "--run-dir", str(bad)]) == 2
+        assert words in capsys.readouterr().err
+    assert not (recorded / "sub").exists()
+
+
+def test_without_a_gpu_the_command_says_so_in_one_line(recorded, tmp_path, capsys,
+                                                      monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert cli.main(["replay", str(recorded), "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "replay" in err and "nothing was created" in err
