@@ -1,6 +1,6 @@
 # evokernel: best kernel of run softmax for problem softmax
-# candidate 2f13d5f8df6ca26d, generation 3, operator idea; speedup 1.864x over eager (1.0514 ms -> 0.5639 ms, 118% of floor)
-# idea: [dtypes] Use 32-bit immediate-offset float4 addressing on the FULL path. Form the 64-bit row pointer once per row as `const float4* p = xr + tid` and index only with compile-time offsets `p[u*BLOCK]` (u < VPT), and do the same for the store pointer. Every LDG.E.128/STG.E.128 then becomes `[R+imm]` with no per-vector 64-bit IMAD/IADD, which cuts the address registers by about 2*VPT and lets `__launch_bounds__` reach MINB 5-6 at BLOCK=256, VPT=8 without spills.
+# candidate a726c04bc18028f2, generation 4, operator idea; speedup 1.892x over eager (1.0521 ms -> 0.5561 ms, 115% of floor)
+# idea: [compute] Shorten the reduction's critical path, which sits between a block's last load and its first store: rewrite merge_ms with one MUFU per level, `d = m2 - m; e = ex2_approx(-fabsf(d)); s = (d <= 0.f) ? fmaf(s2, e, s) : fmaf(s, e, s2); m = fmaxf(m, m2);`. This replaces two ex2, an FMUL and an FFMA, and the argument is always <= 0, so it is at least as accurate. Also run the cross-warp stage only over xor offsets NWARPS/2..1 and the cluster stage only over CLUSTER/2..1, instead of the full 5-level warp_reduce_ms on 8 valid lanes. That is 5+3+3 dependent shuffle levels instead of 15.
 # check it: evokernel check softmax results/h200-2026-12-02/frontier/softmax/best.py
 """Softmax (dim=1): the row lives in registers across a thread-block cluster; one ex2.approx per element.
 
@@ -11,14 +11,13 @@ one write per element. Per thread:
   mL_t = m_t * LOG2E (rounded once; the same value is used everywhere it appears, so its rounding cancels)
   e_i  = ex2.approx(fmaf(v_i, LOG2E, -mL_t))   -> kept in the registers in place of v_i
   s_t  = tree sum of the e_i
-(mL, s) partials are merged by a warp-shuffle tree, a cross-warp tree, and a cluster-wide merge that
-warp 0 of every block does over the blocks' DSMEM slots (identical result in every block). The write
+(mL, s) partials are merged by a 5-level warp-shuffle tree; every warp then publishes its partial in
+DSMEM, and after one cluster barrier warp 0 of every block merges all CLUSTER*NWARPS warp partials
+(lane-local tree, then a short shuffle tree; identical result in every block). Each merge level costs
+one MUFU: e = ex2(-|m2 - m|), s = fma(smaller side's s, e, larger side's s). The write
 pass is then one FMUL per element: y_i = e_i * (ex2(mL_t - M) * (1/S)). No expf range reduction, no
 per-element division, and only one exponential per element instead of two.
 Rows too long for the register budget use a two-read fallback with the same ex2 math.
-When the row is exactly CLUSTER*BLOCK*VPT vectors (FULL), each thread forms one 64-bit base pointer per
-row and addresses its VPT vectors with compile-time offsets only ([R+imm] LDG/STG, no predicates), which
-frees the per-vector address registers so that __launch_bounds__ can ask for FULL_MINB blocks per SM.
 """
 import torch
 import torch.nn as nn
@@ -42,12 +41,14 @@ namespace cg = cooperative_groups;
 constexpr int BLOCK = 256;       // tune: 128 256 512 1024
 constexpr int CLUSTER = 8;       // tune: 2 4 8
 constexpr int FB_BLOCK = 1024;   // fallback kernel (rows that do not fit in the cluster's registers)
-constexpr int FULL_MINB = 5;     // tune: 4 5 6
-constexpr int ROW_WAVES = 0;     // tune: 0 1 2 4
-// FULL_MINB: blocks/SM requested for the exact-fit path (still capped by a data+8 register estimate).
-// ROW_WAVES: 0 = one cluster per row; k > 0 = grid capped at k x resident clusters (persistent grid-stride).
 constexpr int NWARPS = BLOCK / 32;
 static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "BLOCK must be a multiple of 32, at most 1024");
+static_assert((NWARPS & (NWARPS - 1)) == 0, "BLOCK / 32 must be a power of 2");
+static_assert((CLUSTER & (CLUSTER - 1)) == 0, "CLUSTER must be a power of 2");
+// Cluster stage: warp 0 merges every warp partial of the cluster (entry e = rank * NWARPS + warp).
+constexpr int CL_TOTAL = CLUSTER * NWARPS;                       // warp partials per cluster
+constexpr int CL_PER_LANE = CL_TOTAL > 32 ? CL_TOTAL / 32 : 1;   // entries each lane of warp 0 merges
+constexpr int CL_LANES = CL_TOTAL > 32 ? 32 : CL_TOTAL;          // lanes that hold entries
 static_assert(CLUSTER >= 1 && CLUSTER <= 8, "portable cluster size");
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -64,22 +65,6 @@ struct RegCfg {
     static constexpr int BY_REGS = 65536 / (BLOCK * REGS);
     static constexpr int BY_THREADS = 2048 / BLOCK;
     static constexpr int MINB = BY_REGS < 1 ? 1 : (BY_REGS < BY_THREADS ? BY_REGS : BY_THREADS);
-};
-
-// Exact-fit path: no padding, no predicates, one base pointer -> only ~8 registers beyond the data.
-template <int VEC, int VPT>
-struct FullCfg {
-    static constexpr int REGS = ((VEC * VPT + 8 + 7) / 8) * 8;
-    static constexpr int BY_REGS = 65536 / (BLOCK * REGS);
-    static constexpr int BY_THREADS = 2048 / BLOCK;
-    static constexpr int A = FULL_MINB < BY_REGS ? FULL_MINB : BY_REGS;
-    static constexpr int B = A < BY_THREADS ? A : BY_THREADS;
-    static constexpr int MINB = B < 1 ? 1 : B;
-};
-
-template <int VEC, int VPT, bool FULL>
-struct KMinB {
-    static constexpr int value = FULL ? FullCfg<VEC, VPT>::MINB : RegCfg<VEC, VPT>::MINB;
 };
 
 // 2^x with MUFU.EX2; non-.ftz so subnormal results survive.
@@ -110,35 +95,20 @@ template <> __device__ __forceinline__ void store_vec<1>(float* p, long long i, 
     if (i < n) __stcs(p + i, a[0]);
 }
 
-// FULL path: p is the thread's first element, `off` a compile-time vector offset after unrolling,
-// so each access is [R+imm] off one 64-bit register (no per-vector IMAD.WIDE / compare).
-template <int VEC> __device__ __forceinline__ void load_full(const float* __restrict__ p, int off, float* a);
-template <> __device__ __forceinline__ void load_full<4>(const float* __restrict__ p, int off, float* a) {
-    const float4 t = __ldcs(reinterpret_cast<const float4*>(p) + off);
-    a[0] = t.x; a[1] = t.y; a[2] = t.z; a[3] = t.w;
-}
-template <> __device__ __forceinline__ void load_full<1>(const float* __restrict__ p, int off, float* a) {
-    a[0] = __ldcs(p + off);
-}
-
-template <int VEC> __device__ __forceinline__ void store_full(float* __restrict__ p, int off, const float* a);
-template <> __device__ __forceinline__ void store_full<4>(float* __restrict__ p, int off, const float* a) {
-    __stcs(reinterpret_cast<float4*>(p) + off, make_float4(a[0], a[1], a[2], a[3]));
-}
-template <> __device__ __forceinline__ void store_full<1>(float* __restrict__ p, int off, const float* a) {
-    __stcs(p + off, a[0]);
-}
-
 template <int VEC> __device__ __forceinline__ float vsum(const float* a);
 template <> __device__ __forceinline__ float vsum<4>(const float* a) { return (a[0] + a[1]) + (a[2] + a[3]); }
 template <> __device__ __forceinline__ float vsum<1>(const float* a) { return a[0]; }
 
 // (m, s) <- merge of two partial states in the log2 domain: s = sum 2^(v*LOG2E - m).
-// m is never NaN (maxima use fmaxf); a NaN input makes s NaN, which then poisons the whole row.
+// One MUFU per merge: the smaller side is scaled by 2^-(|m2 - m|) (argument always <= 0) and added
+// to the larger side with one FFMA.
+// m is never NaN (maxima use fmaxf, clamped to >= -FLT_MAX); a NaN input makes s NaN, which then
+// poisons the whole row. If m2 - m overflows to +inf, e = 0 and the larger side's s is kept exactly.
 __device__ __forceinline__ void merge_ms(float& m, float& s, float m2, float s2) {
-    const float M = fmaxf(m, m2);
-    s = s * ex2_approx(m - M) + s2 * ex2_approx(m2 - M);
-    m = M;
+    const float d = m2 - m;
+    const float e = ex2_approx(-fabsf(d));
+    s = (d <= 0.0f) ? fmaf(s2, e, s) : fmaf(s, e, s2);
+    m = fmaxf(m, m2);
 }
 
 __device__ __forceinline__ void warp_reduce_ms(float& m, float& s) {
@@ -160,7 +130,13 @@ __device__ __forceinline__ void block_reduce_ms(float& m, float& s, float* red_m
     if (warp == 0) {
         m = (lane < NW) ? red_m[lane] : NEG_BIG;
         s = (lane < NW) ? red_s[lane] : 0.0f;
-        warp_reduce_ms(m, s);
+        // Only log2(NW) levels: xor offsets < NW keep lanes 0..NW-1 in one group, reduced into lane 0.
+#pragma unroll
+        for (int o = NW / 2; o > 0; o >>= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+            const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            merge_ms(m, s, m2, s2);
+        }
     }
 }
 
@@ -173,14 +149,11 @@ __device__ __forceinline__ void cluster_wait() {
 
 // One cluster per row (grid-stride over rows by cluster). Block `rank` owns vectors
 // [rank*BLOCK*VPT, (rank+1)*BLOCK*VPT) of the row; thread t holds vectors rank*BLOCK*VPT + j*BLOCK + t.
-// FULL: n == CLUSTER*BLOCK*VPT exactly (checked on the host): no bounds checks, immediate offsets.
-template <int VEC, int VPT, bool FULL>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(BLOCK, KMinB<VEC, VPT, FULL>::value)
+template <int VEC, int VPT>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(BLOCK, RegCfg<VEC, VPT>::MINB)
 softmax_reg_cluster(const float* __restrict__ x, float* __restrict__ y, long long rows, long long cols) {
-    __shared__ float red_m[NWARPS];
-    __shared__ float red_s[NWARPS];
-    __shared__ float2 slot;    // this block's partial (mL, s), read by the whole cluster
-    __shared__ float2 bcast;   // the row's (M, 1/S)
+    __shared__ float2 part[NWARPS];   // this block's per-warp partials (mL, s), read by the whole cluster
+    __shared__ float2 bcast;          // the row's (M, 1/S)
 
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank();
@@ -193,16 +166,10 @@ softmax_reg_cluster(const float* __restrict__ x, float* __restrict__ y, long lon
         const float* xr = x + row * cols;
         float* yr = y + row * cols;
 
-        // HBM -> registers, all loads in flight at once. FULL: one 64-bit base, [R+imm] per vector.
+        // HBM -> registers, all loads in flight at once.
         float a[VPT][VEC];
-        if constexpr (FULL) {
-            const float* __restrict__ xt = xr + (long long)base * VEC;
 #pragma unroll
-            for (int j = 0; j < VPT; ++j) load_full<VEC>(xt, j * BLOCK, a[j]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < VPT; ++j) load_vec<VEC>(xr, base + j * BLOCK, n, a[j]);
-        }
+        for (int j = 0; j < VPT; ++j) load_vec<VEC>(xr, base + j * BLOCK, n, a[j]);
 
         // Thread max, then one FFMA + one ex2 per element against it.
         float m = NEG_BIG;
@@ -225,45 +192,52 @@ softmax_reg_cluster(const float* __restrict__ x, float* __restrict__ y, long lon
 #pragma unroll
             for (int j = 0; j + w < VPT; j += 2 * w) ps[j] += ps[j + w];
 
-        // Block partial, then cluster-wide merge through DSMEM.
-        float bm = mL, bs = ps[0];
-        block_reduce_ms<NWARPS>(bm, bs, red_m, red_s);
-        if (threadIdx.x == 0) slot = make_float2(bm, bs);
-        cluster_arrive();      // release: slot visible to the cluster
-        cluster_wait();        // acquire: every block's slot is written
+        // Warp partial (5 shuffle levels), published straight to the cluster: no block-level stage.
+        float wm = mL, wsum = ps[0];
+        warp_reduce_ms(wm, wsum);
+        if (lane == 0) part[warp] = make_float2(wm, wsum);
+        cluster_arrive();      // release: part[] visible to the cluster
+        cluster_wait();        // acquire: every warp partial of the cluster is written
         if (warp == 0) {
-            float cm = NEG_BIG, cs = 0.0f;
-            if (lane < CLUSTER) {
-                const float2 p = *cluster.map_shared_rank(&slot, (unsigned)lane);
-                cm = p.x; cs = p.y;
+            // Lane l holds entries l, l + 32, ... (entry e = rank * NWARPS + w); same order in every block.
+            float qm[CL_PER_LANE], qs[CL_PER_LANE];
+#pragma unroll
+            for (int q = 0; q < CL_PER_LANE; ++q) {
+                const int e = lane + 32 * q;
+                qm[q] = NEG_BIG; qs[q] = 0.0f;
+                if (e < CL_TOTAL) {
+                    const float2 p = *cluster.map_shared_rank(&part[e % NWARPS], (unsigned)(e / NWARPS));
+                    qm[q] = p.x; qs[q] = p.y;
+                }
             }
-            warp_reduce_ms(cm, cs);
+#pragma unroll
+            for (int w = 1; w < CL_PER_LANE; w <<= 1)
+#pragma unroll
+                for (int q = 0; q + w < CL_PER_LANE; q += 2 * w) merge_ms(qm[q], qs[q], qm[q + w], qs[q + w]);
+            float cm = qm[0], cs = qs[0];
+            // Only log2(CL_LANES) levels: lanes >= CL_LANES (padding) never mix into lane 0's group.
+#pragma unroll
+            for (int o = CL_LANES / 2; o > 0; o >>= 1) {
+                const float m2 = __shfl_xor_sync(0xffffffffu, cm, o);
+                const float s2 = __shfl_xor_sync(0xffffffffu, cs, o);
+                merge_ms(cm, cs, m2, s2);
+            }
             if (lane == 0) bcast = make_float2(cm, 1.0f / cs);
         }
         __syncthreads();
-        cluster_arrive();      // this block is done reading its peers' slots
+        cluster_arrive();      // this block is done reading its peers' partials
 
         // Registers -> HBM: one FMUL per element.
         const float2 b = bcast;
         const float c = ex2_approx(mL - b.x) * b.y;
-        if constexpr (FULL) {
-            float* __restrict__ yt = yr + (long long)base * VEC;
 #pragma unroll
-            for (int j = 0; j < VPT; ++j) {
+        for (int j = 0; j < VPT; ++j) {
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) a[j][k] *= c;
-                store_full<VEC>(yt, j * BLOCK, a[j]);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < VPT; ++j) {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) a[j][k] *= c;
-                store_vec<VEC>(yr, base + j * BLOCK, n, a[j]);
-            }
+            for (int k = 0; k < VEC; ++k) a[j][k] *= c;
+            store_vec<VEC>(yr, base + j * BLOCK, n, a[j]);
         }
 
-        cluster_wait();        // peers finished reading our slot: safe to rewrite it / exit
+        cluster_wait();        // peers finished reading our partials: safe to rewrite them / exit
     }
 }
 
@@ -314,31 +288,11 @@ struct RegLaunch {
 };
 template <int VEC, int VPT>
 struct RegLaunch<VEC, VPT, true> {
-    template <bool FULL>
-    static void go(const float* xp, float* yp, long long rows, long long cols, cudaStream_t stream) {
-        long long clusters = std::min<long long>(rows, 1LL << 20);
-        if (ROW_WAVES > 0) {
-            static int resident = -1;    // clusters resident at once (per instantiation), computed once
-            if (resident < 0) {
-                int nb = 0;
-                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, softmax_reg_cluster<VEC, VPT, FULL>,
-                                                                  BLOCK, 0) != cudaSuccess) {
-                    (void)cudaGetLastError();
-                    nb = 0;
-                }
-                const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-                resident = (nb * sms) / CLUSTER;
-            }
-            if (resident > 0) clusters = std::min<long long>(clusters, (long long)ROW_WAVES * resident);
-        }
-        softmax_reg_cluster<VEC, VPT, FULL><<<(unsigned)(clusters * CLUSTER), BLOCK, 0, stream>>>(xp, yp, rows, cols);
-    }
     static bool run(const float* xp, float* yp, long long rows, long long cols, cudaStream_t stream) {
         const long long n = cols / VEC;
-        const long long cap = (long long)CLUSTER * BLOCK * VPT;
-        if (n > cap) return false;
-        if (n == cap) go<true>(xp, yp, rows, cols, stream);
-        else          go<false>(xp, yp, rows, cols, stream);
+        if (n > (long long)CLUSTER * BLOCK * VPT) return false;
+        const long long clusters = std::min<long long>(rows, 1LL << 20);
+        softmax_reg_cluster<VEC, VPT><<<(unsigned)(clusters * CLUSTER), BLOCK, 0, stream>>>(xp, yp, rows, cols);
         return true;
     }
 };
@@ -383,7 +337,7 @@ torch::Tensor softmax_cuda(torch::Tensor x) {
 """
 
 module = load_inline(
-    name="softmax_reg_cluster_ex2_imm",
+    name="softmax_reg_cluster_ex2_warpdsmem",
     cpp_sources=cpp_src,
     cuda_sources=cuda_src,
     functions=["softmax_cuda"],
