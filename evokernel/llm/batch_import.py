@@ -44,6 +44,7 @@ class Reply:
     usage: dict[str, int] | None = None  # from a Batch API body; None: count it
     answered_by: str | None = None
     scripted: str | None = None
+    truncated: bool = False              # finish_reason "length": cut at max_tokens
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class ImportReport:
     pending: tuple[str, ...]
     counted: int = 0
     batch_folder: Path | None = None     # where the run's requests were written out
+    notes: tuple[str, ...] = ()          # imported as written, but worth knowing
 
     def text(self) -> str:
         """The report as printed by ``evokernel llm import``."""
@@ -73,6 +75,9 @@ class ImportReport:
             lines.append(f"{_n(len(self.problems), 'problem', 'problems')} (nothing in the cache "
                          "was overwritten; those requests stay pending):")
             lines += [f"  {p}" for p in self.problems]
+        if self.notes:
+            lines.append("notes:")
+            lines += [f"  {n}" for n in self.notes]
         if self.pending:
             lines.append(f"still pending, no reply yet ({len(self.pending)}):")
             lines += [f"  {p}" for p in self.pending]
@@ -124,7 +129,9 @@ def _batch_line(obj: Any, where: str) -> Reply | str:
         return Reply(cid, where, error="status 200 but the body holds no message")
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else None
     fingerprint = str(body.get("system_fingerprint") or "")
-    return Reply(cid, where, text=text,
+    choice = body["choices"][0] if isinstance(body.get("choices"), list) else {}
+    cut = isinstance(choice, dict) and choice.get("finish_reason") == "length"
+    return Reply(cid, where, text=text, truncated=cut,
                  usage={k: int(usage.get(k) or 0) for k in ("prompt_tokens",
                                                             "completion_tokens")}
                  if usage and (usage.get("prompt_tokens") or usage.get("completion_tokens"))
@@ -174,7 +181,8 @@ def read_reply_files(folder: Path, *, answered_by: str | None,
             problems.append(f"{folder / MANIFEST}: not a readable manifest ({e}); expected "
                             '{"answered_by": "...", "scripted": false}')
             manifest = {}
-    who = answered_by or manifest.get("answered_by")
+    # A label given here names these replies' writer: the manifest's "answered_by" is not theirs.
+    who = answered_by or (None if scripted else manifest.get("answered_by"))
     label = scripted or (f"replies written by {who or 'a script'}" if manifest.get("scripted")
                          else None)
     replies: list[Reply] = []
@@ -282,10 +290,14 @@ def import_into(store: Any, cache: ReplyCache, source: Path, *, answered_by: str
         replies, problems = read_results(source)
         if answered_by or scripted:
             replies = [Reply(r.custom_id, r.where, r.text, r.error, r.usage,
-                             answered_by or r.answered_by, scripted or r.scripted)
+                             answered_by or r.answered_by, scripted or r.scripted, r.truncated)
                        for r in replies]
     importer = _Importer(store, cache, from_files, problems=problems)
     importer.apply(replies)
+    notes = [f"{r.where}: cut at the request's max_tokens (finish_reason \"length\"); "
+             "imported as written" for r in replies if r.truncated]
+    if from_files and not replies and not problems:
+        notes.append(f"{folder}: no reply files (<custom_id>.txt) to import")
     cached = cache.keys()
     rows = store.llm_requests()
     pending = tuple(f"{r['key']} ({r['purpose']}, generation {r['generation']}"
@@ -294,8 +306,9 @@ def import_into(store: Any, cache: ReplyCache, source: Path, *, answered_by: str
     latest = max(rows, key=lambda r: r["exported_s"] or 0.0, default=None)
     return ImportReport(source=source, run_dir=store.run_dir, imported=tuple(importer.imported),
                         already=tuple(importer.already), problems=tuple(importer.problems),
-                        pending=pending, counted=importer.counted,
-                        batch_folder=Path(latest["export"]).parent if latest else None)
+                        pending=pending, counted=importer.counted, notes=tuple(notes),
+                        batch_folder=(folder.parent if from_files and folder.name == "replies"
+                                      else Path(latest["export"]).parent if latest else None))
 
 
 def import_replies(source: str | Path, run_dir: str | Path, *, answered_by: str | None = None,

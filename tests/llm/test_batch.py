@@ -344,3 +344,34 @@ def test_a_batch_line_keeps_the_configs_settings_where_litellm_is_not_installed(
     monkeypatch.setitem(sys.modules, "litellm", None)       # `import litellm` now fails
     assert provider_params("openai/gpt-5", 0.8, 1000) == {"temperature": 0.8, "max_tokens": 1000}
     assert provider_params("anthropic/claude", 0.8, None) == {"temperature": 0.8}
+
+
+def test_a_reply_cut_at_max_tokens_is_imported_as_written_with_a_note(tmp_path, stopped):
+    cfg, store = stopped
+    k = sorted(r["key"] for r in store.llm_requests())
+    cut = json.loads(line(k[0], '```json\n[{"idea": "fuse the two pa'))
+    cut["response"]["body"]["choices"][0]["finish_reason"] = "length"
+    (tmp_path / "out.jsonl").write_text(json.dumps(cut) + "\n")
+    report = import_replies(tmp_path / "out.jsonl", cfg.run_dir)
+    assert report.imported == (k[0],) and report.problems == ()
+    assert f"{tmp_path / 'out.jsonl'}:1: cut at the request's max_tokens" in report.text()
+
+
+def test_an_empty_reply_folder_says_so_and_the_advice_names_the_folder_given(tmp_path, stopped):
+    cfg, store = stopped
+    elsewhere = tmp_path / "copy" / "batch"
+    (elsewhere / "replies").mkdir(parents=True)
+    report = import_replies(elsewhere, cfg.run_dir)
+    assert report.imported == () and "no reply files" in report.text()
+    assert f"--llm-batch {elsewhere} " in report.text()
+
+
+def test_a_scripted_label_is_not_credited_to_the_manifests_model(tmp_path, stopped):
+    cfg, store = stopped
+    key = sorted(r["key"] for r in store.llm_requests())[0]
+    replies = tmp_path / "batch" / "replies"
+    (replies / "answered_by.json").write_text('{"answered_by": "some model", "scripted": false}')
+    (replies / f"{key}.txt").write_text("Idea: none.")
+    import_replies(tmp_path / "batch", cfg.run_dir, scripted="tester")
+    hit = ReplyCache(tmp_path / "run" / "llm_cache.sqlite").get(key)
+    assert hit["scripted"] == "tester" and hit["answered_by"] != "some model"
