@@ -178,7 +178,15 @@ class RunStore:
 
     def record_llm_call(self, data: dict[str, Any]) -> None:
         """Record one LLM call as evokernel.llm.client reports it (purpose, model, tokens,
-        cost_usd, cached, usage_source, scripted, origin, answered_by, key, error, ...)."""
+        cost_usd, cached, usage_source, scripted, origin, answered_by, key, error, ...).
+        A cache hit on a request this run already recorded is not recorded again: a resumed
+        round makes its calls again from the cache, and would count them once per resume."""
+        if data.get("cached") and data.get("key"):
+            with self._lock:
+                seen = self._db.execute("SELECT 1 FROM llm_calls WHERE json_extract(data, "
+                                        "'$.key') = ? LIMIT 1", (data["key"],)).fetchone()
+            if seen:
+                return
         self._write("INSERT INTO llm_calls (data, at_s) VALUES (?,?)",
                     (json.dumps(data), time.time()))
 

@@ -70,6 +70,11 @@ def test_the_implementation_round_runs_without_a_gpu_and_the_gpu_asks_nothing_ag
     answer(tmp_path, cfg)
     assert search(tmp_path, cfg, None, resume=True).stopped == "needs_gpu"
     store = RunStore(cfg.run_dir, read_only=True)
+    calls = store.llm_usage()["calls"]
+    store.close()
+    assert search(tmp_path, cfg, None, resume=True).stopped == "needs_gpu"    # again: nothing
+    store = RunStore(cfg.run_dir, read_only=True)                            # new is counted
+    assert store.llm_usage()["calls"] == calls
     assert set(store.results()) == results_before          # nothing evaluated, nothing made up
     assert store.generations()[-1]["generation"] == 0
     asked = len(store.llm_requests())
