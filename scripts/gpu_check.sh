@@ -7,9 +7,12 @@
 #           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, gate-report-load,
 #           contention, prebuild-ab, hide-check, dask-vs-local, dask-gate, dask-cold, suite-bench,
 #           frontier, all
-#   frontier: one step of a batch-mode search (`evokernel run ... --llm-batch`): resumes the run
-#          FRONTIER_RUN when it exists, else starts it with FRONTIER_ARGS (the problem and flags);
-#          requests go to FRONTIER_BATCH; both are packed into $OUT/frontier.tgz
+#   frontier: one step of batch-mode searches (`evokernel run ... --llm-batch`), one after
+#          another: FRONTIER_RUN with requests in FRONTIER_BATCH, or each problem of
+#          FRONTIER_PROBLEMS as FRONTIER_ROOT/<problem> with FRONTIER_ROOT/<problem>-batch; a run
+#          that exists is resumed, a new one starts with FRONTIER_ARGS (flags; the problem is the
+#          folder's name); all are packed into $OUT/frontier.tgz.
+#          scripts/frontier_round.py makes the rounds between two such steps on the CPU
 #   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
 #          compiles of torch-header CUDA files and one busy loop per core), into
 #          RESULTS_DIR/gate_report_load/
@@ -169,14 +172,23 @@ for s in ${stage//,/ }; do
                 | grep -v DEBUG | tail -15
               wait "$HOG"; $EK show "$R/run_contended" >"$R/show_contended.txt" 2>&1; tail -30 "$R/show_contended.txt" ;;
     bench) bench ;;
-    frontier)  # one step of a batch-mode search (issue 21): FRONTIER_RUN, FRONTIER_BATCH; a new run
-               # takes FRONTIER_ARGS (problem and flags), an existing one is resumed
-              if [ -f "$FRONTIER_RUN/run.sqlite" ]; then set -- --resume "$FRONTIER_RUN"
-              else set -- ${FRONTIER_ARGS:?} --run-dir "$FRONTIER_RUN"; fi
-              timeout "$LIMIT" $EK run "$@" --llm-batch "$FRONTIER_BATCH" 2>&1 \
-                | tee -a "$R/frontier.txt" | grep -v DEBUG | tail -25
-              $EK show "$FRONTIER_RUN" >"$R/show_frontier.txt" 2>&1; tail -25 "$R/show_frontier.txt"
-              if [ -n "${OUT:-}" ]; then tar czf "$OUT/frontier.tgz" "$FRONTIER_RUN" "$FRONTIER_BATCH"; fi ;;
+    frontier)  # one step of batch-mode searches (issue 21), each resumed, or started with
+               # FRONTIER_ARGS; FRONTIER_RUN + FRONTIER_BATCH: one run; else FRONTIER_ROOT +
+               # FRONTIER_PROBLEMS: ROOT/<problem> with requests in ROOT/<problem>-batch
+              if [ -n "${FRONTIER_RUN:-}" ]; then pairs="$FRONTIER_RUN=${FRONTIER_BATCH:?}"
+              else pairs=""; for p in ${FRONTIER_PROBLEMS:?}; do
+                pairs="$pairs ${FRONTIER_ROOT:?}/$p=$FRONTIER_ROOT/$p-batch"; done; fi
+              packed=""
+              for pair in $pairs; do
+                run=${pair%%=*}; batch=${pair#*=}; name=$(basename "$run")
+                if [ -f "$run/run.sqlite" ]; then set -- --resume "$run"
+                else set -- "$name" ${FRONTIER_ARGS:?} --run-dir "$run"; fi
+                timeout "$LIMIT" $EK run "$@" --llm-batch "$batch" 2>&1 \
+                  | tee -a "$R/frontier-$name.txt" | grep -v DEBUG | tail -25
+                $EK show "$run" >"$R/show_frontier-$name.txt" 2>&1
+                tail -25 "$R/show_frontier-$name.txt"; packed="$packed $run $batch"
+              done
+              if [ -n "${OUT:-}" ]; then tar czf "$OUT/frontier.tgz" $packed; fi ;;
     dask-vs-local) timeout "$LIMIT" python3 scripts/dask_vs_local.py --out "$R/dask_vs_local" \
                      2>&1 | tee "$R/dask_vs_local.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -40 ;;
     dask-gate) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases gate \
