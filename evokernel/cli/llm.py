@@ -70,10 +70,11 @@ def stop_message(run_dir: Path, mode: Any) -> str:
     if not pending:
         return "LLM batch: no request is pending"
     latest = max(pending, key=lambda r: r["exported_s"])
-    export = Path(latest["export"])
     mine = [r for r in pending if r["export"] == latest["export"]]
     kinds = ", ".join(f"{n} {p}" for p, n in sorted(Counter(r["purpose"] for r in mine).items()))
-    folder = export.parent
+    # The folder of this invocation, not the path stored when the run was somewhere else.
+    folder = Path(mode.folder) if mode.folder is not None else Path(latest["export"]).parent
+    export = folder / Path(latest["export"]).name
     batch_flag = f"--llm-batch {folder}" if mode.folder is not None else "--llm-batch-submit"
     return "\n".join([
         f"LLM batch: generation {latest['generation']} waits for {len(mine)} "

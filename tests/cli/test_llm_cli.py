@@ -122,3 +122,18 @@ def test_resume_accepts_the_batch_flags_only(tmp_path, no_gpu_needed, capsys):
                      "--generations", "5"]) == 2
     err = capsys.readouterr().err
     assert "drop --generations" in err and "--llm-batch" not in err.split("drop")[1]
+
+
+def test_the_stop_message_names_this_invocations_folder_not_the_stored_path(tmp_path, capsys,
+                                                                           no_gpu_needed):
+    from evokernel.cli.llm import stop_message
+    from evokernel.llm.batch_mode import BatchMode
+    run_dir = tmp_path / "run"
+    assert cli.main(RUN + ["--run-dir", str(run_dir), "--llm-batch", str(tmp_path / "b")]) == 0
+    import sqlite3
+    db = sqlite3.connect(run_dir / "run.sqlite")      # as stored by a run started elsewhere
+    db.execute("UPDATE llm_requests SET export = 'old/place/run-g001-r01.jsonl'")
+    db.commit()
+    db.close()
+    text = stop_message(run_dir, BatchMode(folder=tmp_path / "here"))
+    assert str(tmp_path / "here" / "run-g001-r01.jsonl") in text and "old/place" not in text
