@@ -109,11 +109,11 @@ class BatchRequest:
                 f"{self.max_tokens}",
                 "Reply with the assistant message's content; it is saved verbatim as "
                 f"replies/{self.custom_id}.txt."]
-        parts = ["\n".join(head)]
-        for m in self.messages:
-            parts.append(f"{MESSAGE_RULE} {m.get('role', '?')} message {MESSAGE_RULE}\n"
-                         f"{m.get('content', '')}")
-        return "\n\n".join(parts) + "\n"
+        body = "\n\n".join(f"{MESSAGE_RULE} {m.get('role', '?')} message {MESSAGE_RULE}\n"
+                           f"{m.get('content', '')}" for m in self.messages)
+        head.append(f"The messages below are {body.count(chr(10)) + 1} lines: read every one "
+                    "(in parts, if a viewer shortens the file) before answering.")
+        return "\n".join(head) + "\n\n" + body + "\n"
 
 
 class BatchQueue:

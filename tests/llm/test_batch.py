@@ -329,7 +329,7 @@ def test_each_request_is_also_written_as_plain_text_with_its_messages_verbatim(t
     for row in store.llm_requests():
         as_json = json.loads((tmp_path / "batch" / "requests" / f"{row['key']}.json").read_text())
         text = (tmp_path / "batch" / "requests" / f"{row['key']}.md").read_text()
-        assert row["key"] in text.splitlines()[0]
+        assert row["key"] in text.splitlines()[0] and "read every one" in text
         for m in as_json["messages"]:
             assert f"======== {m['role']} message ========\n{m['content']}" in text
         assert max(len(line) for line in text.splitlines()) < max(
