@@ -112,7 +112,11 @@ class RunStore:
             ConfigError: the directory already holds a run (resume it instead).
         """
         run_dir = Path(run_dir)
-        if (run_dir / "run.sqlite").exists():
+        db_file = run_dir / "run.sqlite"
+        if db_file.is_file() and db_file.stat().st_size == 0:
+            raise ConfigError(f"{db_file}: an empty file (0 bytes), not a run to resume: the "
+                              "run never started; delete it or choose another --run-dir")
+        if db_file.exists():
             raise ConfigError(f"{run_dir}: already holds a run; resume it with --resume "
                               "or choose another --run-dir")
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,15 @@ def test_create_twice_is_refused_and_open_needs_a_run(tmp_path):
         RunStore(tmp_path / "elsewhere")
 
 
+def test_an_empty_run_file_is_neither_created_over_nor_offered_for_resume(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.sqlite").touch()
+    with pytest.raises(ConfigError, match="empty file .*delete it or choose another"):
+        make(tmp_path)
+    with pytest.raises(ConfigError, match="empty file"):
+        RunStore(tmp_path / "run")
+
+
 def test_failure_speedup_is_zero_not_nan():
     r = EvalResult.failure("x", Reason.TIMEOUT, "hang")
     assert r.speedup == 0.0 and r.compile_speedup == 0.0 and r.pct_of_floor is None
