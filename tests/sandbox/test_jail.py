@@ -123,8 +123,9 @@ def test_pipes_statuses_and_strays(tmp_path):
     c = contained(tmp_path)
     jail = c.jail(cwd="/")
     r, w = os.pipe()
+    naptime = f"{300 + os.getpid() % 1000 / 1000:.3f}"    # no other process sleeps this long
     code = ("import os, subprocess, sys\n"
-            "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+            f"p = subprocess.Popen(['sleep', '{naptime}'], start_new_session=True)\n"
             "os.write(int(sys.argv[1]), str(p.pid).encode())\n"
             "os.kill(os.getpid(), 11)\n")
     proc = subprocess.Popen(jail.command([sys.executable, "-c", code, str(w)]), pass_fds=(w,),
@@ -134,7 +135,7 @@ def test_pipes_statuses_and_strays(tmp_path):
     assert proc.wait(timeout=60) == 128 + signal.SIGSEGV
     assert os.read(r, 100) == b""                               # and closed when it ended
     stray = [p for p in Path("/proc").glob("[0-9]*/cmdline")
-             if _read(p).startswith("sleep\x00300")]
+             if _read(p).startswith(f"sleep\x00{naptime}\x00")]
     assert stray == [], "the worker's sleeping child outlived the jail"
 
 
