@@ -45,8 +45,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evokernel.config import RunConfig
     from evokernel.problem import load_problem
 
+    meta = None                       # a resumed run's RunStore.meta()
     if args.resume:
-        problem, config = _resumed(args)
+        problem, config, meta = _resumed(args)
     else:
         problem = load_problem(args.problem, seed=args.seed_kernel, form=args.candidate_form)
         config = RunConfig(problem=str(args.problem), run_dir=args.run_dir,
@@ -55,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            llm=options.llm_config(args))
     from evokernel.cli.llm import batch_mode, stop_message
     llm_batch = batch_mode(args, config.llm.model)
-    stand_in = _deferred(args, llm_batch)     # batch rounds that need no GPU (engine.deferred)
+    stand_in = _deferred(args, llm_batch, meta)   # batch rounds that need no GPU (engine.deferred)
     if stand_in is None:
         options.require_gpu(args)   # after the arguments and the problem are known to be good
     if config.llm.model is None:
@@ -89,9 +90,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 PLACEMENT_FLAGS = ("gpus", "dask", "dask_scheduler")
 
 
-def _resumed(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The problem and config of the run directory ``args.resume``. Raises: EvokernelError
-    when other run flags are given, or the folder is no run (evokernel.runs.store)."""
+def _resumed(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+    """The problem, config and store meta of the run directory ``args.resume``. Raises:
+    EvokernelError when other run flags are given, or the folder is no run
+    (evokernel.runs.store)."""
     from evokernel.problem import load_problem
     from evokernel.runs.store import RunStore
     given = explicit_run_flags(args)
@@ -100,28 +102,23 @@ def _resumed(args: argparse.Namespace) -> tuple[Any, Any]:
                              f" drop {', '.join(given)} (or start a new run)")
     store = RunStore(args.resume, read_only=True)
     try:
-        config, name = store.config(), store.meta()["problem"]["name"]
+        config, meta = store.config(), store.meta()
     finally:
         store.close()
     run_dir = Path(args.resume)
     seed = run_dir / "seed.py"
     problem = load_problem(run_dir / "problem.py", seed=seed if seed.is_file() else None)
-    return (dataclasses.replace(problem, name=name),
-            dataclasses.replace(config, run_dir=args.resume))
+    return (dataclasses.replace(problem, name=meta["problem"]["name"]),
+            dataclasses.replace(config, run_dir=args.resume), meta)
 
 
-def _deferred(args: argparse.Namespace, llm_batch: Any) -> Any:
-    """The DeferredEvaluator of a --resume in the batch mode on a machine without a GPU
-    (evokernel.engine.deferred), or None."""
-    if not args.resume or llm_batch is None or getattr(args, "dask_scheduler", None):
+def _deferred(args: argparse.Namespace, llm_batch: Any, meta: dict[str, Any] | None) -> Any:
+    """The DeferredEvaluator of a --resume (``meta``: its RunStore.meta()) in the batch mode on
+    a machine without a GPU (evokernel.engine.deferred), or None."""
+    if getattr(args, "dask_scheduler", None):
         return None
     from evokernel.engine.deferred import deferred_evaluator
-    from evokernel.runs.store import RunStore
-    store = RunStore(args.resume, read_only=True)
-    try:
-        return deferred_evaluator(store.meta(), llm_batch)
-    finally:
-        store.close()
+    return deferred_evaluator(meta, llm_batch)
 
 
 def explicit_run_flags(args: argparse.Namespace) -> list[str]:

@@ -189,7 +189,7 @@ class _Module:
         # The lowered (mangled) symbol, as bytes: cuda.core 1.2.0 passes a symbol_mapping's
         # str values to the driver unencoded (TypeError "expected bytes, str found" on the H200,
         # 2026-12-02), and bytes are what every version's get_kernel takes.
-        symbol = dict(self.compiled.symbols).get(name, name)
+        symbol = self.compiled.symbols.get(name, name)
         return self._code.get_kernel(symbol.encode() if isinstance(symbol, str) else symbol)
 
     def stream(self, torch_stream: Any) -> Any:

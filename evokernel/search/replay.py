@@ -24,6 +24,7 @@ from evokernel.errors import ConfigError
 from evokernel.problem import load_problem
 from evokernel.records import Candidate, EvalResult
 from evokernel.runs.store import RunStore
+from evokernel.search.archive import Archive
 from evokernel.search.toolbox import Individual, logbook_record
 
 NO_GPU = ("it builds, gates and times every recorded kernel again on this machine's GPU, and "
@@ -147,9 +148,15 @@ def _replay(store: RunStore, evaluator: Any, recorded: Path,
         store.end_generation(
             gen, population, best.candidate.id if best else None,
             best.fitness.values[0] if best else 0.0, accepted, len(batch), g.get("rng_state"),
-            logbook=logbook_record(gen, scored, nevals=len(batch), accepted=accepted, cells=0,
-                                   tokens=0) if scored else None)
+            logbook=logbook_record(gen, scored, nevals=len(batch), accepted=accepted,
+                                   cells=_cells(candidates, here), tokens=0) if scored else None)
         if on_generation is not None:
             on_generation(gen, mine)
     store.export_best()
     return ReplayResult(run_dir=store.run_dir, recorded_dir=recorded, rows=tuple(rows))
+
+
+def _cells(candidates: dict[str, Candidate], verdicts: dict[str, EvalResult]) -> int:
+    """The archive cells (evokernel.search.archive) the kernels replayed so far fill."""
+    done = {cid: c for cid, c in candidates.items() if cid in verdicts}
+    return len(Archive.rebuild(done, verdicts, lambda r: r.speedup))
