@@ -6,7 +6,7 @@
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
 #           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, gate-report-load,
 #           contention, prebuild-ab, hide-check, dask-vs-local, dask-gate, dask-cold, suite-bench,
-#           frontier, all
+#           frontier, sass-audit, sanitize, export-op, sandbox-ab, replay, all
 #   frontier: one step of batch-mode searches (`evokernel run ... --llm-batch`), one after
 #          another: FRONTIER_RUN with requests in FRONTIER_BATCH, or each problem of
 #          FRONTIER_PROBLEMS as FRONTIER_ROOT/<problem> with FRONTIER_ROOT/<problem>-batch; a run
@@ -38,6 +38,17 @@
 #   suite-bench: `python -m evokernel.bench --phases suite` (a problem set one at a time,
 #          together, together with warm-ahead; SUITE_ARGS adds flags, e.g.
 #          SUITE_ARGS="--suite-variants 4") into RESULTS_DIR/bench_suite.md/.json
+#   sass-audit: experiments/sass_audit_report.py (the fixtures' below-FP32 instructions; CPU work,
+#          on the prebuilt cache) into RESULTS_DIR/sass_audit.txt/.json (issue 17)
+#   sanitize: `evokernel check --sanitize` on each planted kernel of tests/kernels/sanitize/ (an
+#          out-of-bounds access, a shared-memory race) into RESULTS_DIR/sanitize_<name>.txt/.json
+#   export-op: `evokernel export EXPORT_RUN --op EXPORT_OP --sanitize --robustness` (default: the
+#          committed frontier softmax run, op softmax_ek), then the package's example.py (the op
+#          inside a torch.compile'd module, against the reference) into RESULTS_DIR/export_*
+#   sandbox-ab: scripts/sandbox_ab.py SANDBOX_AB_ARGS (contained vs uncontained workers'
+#          throughput, issue 20) into RESULTS_DIR/sandbox_ab.md
+#   replay: `evokernel replay REPLAY_RUN` (default: the committed frontier softmax run, what
+#          `make run` does without --model) into RESULTS_DIR/replay/
 #   bench: the engine benchmarks (evokernel.bench: throughput cold/warm/sequential, fidelity vs
 #          triton do_bench), sized to what is left of a 10-minute call (CALL_LIMIT, default 590 s,
 #          counted from this script's start); BENCH_ARGS adds flags, e.g.
@@ -136,7 +147,17 @@ headline_mock() {
 }
 CHECK_ARGS=${CHECK_ARGS:-}
 PREBUILD_FILES="problems/seeds/*.py tests/kernels/*.py tests/kernels/cheats/*.py tests/kernels/legit/*.py tests/kernels/faults/*.py"  # globbed where used
-for s in ${stage//,/ }; do
+# STAGE may be @FILE: the stages are then taken one at a time from FILE's first line, so a long
+# call started in the background (setsid) can be re-planned while it runs by rewriting FILE.
+STAGE_FILE=""; [ "${stage#@}" != "$stage" ] && STAGE_FILE=${stage#@}
+stages=${stage//,/ }
+next_stage() {  # sets s to the next stage; false when none is left
+  if [ -n "$STAGE_FILE" ]; then s=$(sed -n 1p "$STAGE_FILE" 2>/dev/null); sed -i 1d "$STAGE_FILE" 2>/dev/null
+  else set -- $stages; [ $# -gt 0 ] || return 1; s=$1; shift; stages="$*"; fi
+  [ -n "$s" ]
+}
+while next_stage; do
+  echo "== stage $s: $(date -u +%H:%M:%S)"
   case "$s" in
     prebuild) python3 scripts/prebuild.py $PREBUILD_FILES \
                 | tee "$R/prebuild.txt" ;;
@@ -198,6 +219,26 @@ for s in ${stage//,/ }; do
     # shellcheck disable=SC2086
     suite-bench) timeout "$LIMIT" python3 -m evokernel.bench --phases suite --results-dir "$R" \
                    ${SUITE_ARGS:-} 2>&1 | tee "$R/bench_suite.txt" | grep -v DEBUG | tail -30 ;;
+    sass-audit) timeout "$LIMIT" python3 experiments/sass_audit_report.py --json "$R/sass_audit.json" \
+                  2>&1 | grep -v DEBUG | tee "$R/sass_audit.txt" | tail -40 ;;
+    sanitize) for k in tests/kernels/sanitize/*.py; do n=$(basename "$k" .py)
+                timeout "$LIMIT" $EK check tests/kernels/faults/problem_add.py "$k" --sanitize \
+                  --no-compile-baseline --json "$R/sanitize_$n.json" >"$R/sanitize_$n.txt" 2>&1
+                echo "sanitize $n: exit $?"; grep -v DEBUG "$R/sanitize_$n.txt" | tail -20
+              done ;;
+    export-op) op=/tmp/evokernel-export-op; rm -rf "$op"
+               timeout "$LIMIT" $EK export "${EXPORT_RUN:-results/h200-2026-12-02/frontier/softmax}" \
+                 --op "${EXPORT_OP:-softmax_ek}" -o "$op" --sanitize --robustness 2>&1 \
+                 | grep -v DEBUG | tee "$R/export_op.txt" | tail -40
+               cp "$op/checks.md" "$R/export_checks.md" 2>/dev/null
+               (cd "$op" && timeout "$LIMIT" python3 example.py; echo "example.py: exit $?") 2>&1 \
+                 | tee "$R/export_example.txt" | tail -20 ;;
+    # shellcheck disable=SC2086
+    sandbox-ab) timeout "$LIMIT" python3 scripts/sandbox_ab.py ${SANDBOX_AB_ARGS:-} \
+                  --out "$R/sandbox_ab.md" 2>&1 | grep -v DEBUG | tee "$R/sandbox_ab.txt" | tail -15 ;;
+    replay) rm -rf "$R/replay"
+            timeout "$LIMIT" $EK replay "${REPLAY_RUN:-results/h200-2026-12-02/frontier/softmax}" \
+              --run-dir "$R/replay" 2>&1 | grep -v DEBUG | tee "$R/replay.txt" | tail -30 ;;
     hide-check) timeout "$LIMIT" python3 scripts/hide_host_check.py 2>&1 | grep -v DEBUG \
                   | tee "$R/hide_host_check.md" ;;
     validate) python3 scripts/prebuild.py $PREBUILD_FILES \

@@ -7,7 +7,11 @@ each arm with a fresh cache (cold: build, gate, time) and then again from that c
 writes candidates per minute for each arm and the contained/uncontained ratio:
 
     python3 scripts/sandbox_ab.py --problem layernorm --variants 16 --rounds 2 \
-        --out results/<dir>/sandbox_ab.md
+        [--form nvrtc] --out results/<dir>/sandbox_ab.md
+
+``--form nvrtc`` uses the NVRTC twins of the variants (problems/seeds/nvrtc): a build takes about
+a second instead of about 30 s, so what containment adds per candidate (a contained build
+process, a contained GPU worker) is a larger share of each candidate's time than with load_inline.
 
 Issue 20's bar: the contained arm keeps at least 95% of the uncontained rate, cold and warm
 (exit status 1 when it does not). It also checks that every variant got the same verdict in
@@ -58,13 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--problem", default="layernorm")
     p.add_argument("--variants", type=int, default=16)
     p.add_argument("--rounds", type=int, default=1, help="contained/uncontained pairs")
+    p.add_argument("--form", choices=("load_inline", "nvrtc"), default="load_inline",
+                   help="the variants' candidate form (default: load_inline)")
     p.add_argument("--out", type=Path, default=Path("sandbox_ab.md"))
     args = p.parse_args(argv)
     from evokernel.bench.plan import throughput_variants
     from evokernel.config import default_cache_dir
     from evokernel.problem import load_problem
     problem = load_problem(args.problem)
-    variants = throughput_variants([(args.problem, args.variants)])
+    variants = throughput_variants([(args.problem, args.variants)], form=args.form)
     arms: list[dict] = []
     for i in range(args.rounds):
         order = (True, False) if i % 2 == 0 else (False, True)
@@ -77,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             rate[(contained, phase)] = 60.0 * len(variants) * len(mine) / total
     ratio = {ph: rate[(True, ph)] / rate[(False, ph)] for ph in ("cold", "warm")}
     same = len({tuple(a["verdicts"]) for a in arms}) == 1
-    lines = [f"# sandbox A/B: {args.problem}, {len(variants)} variants, {args.rounds} round(s)",
+    lines = [f"# sandbox A/B: {args.problem}, {len(variants)} {args.form} variants, "
+             f"{args.rounds} round(s)",
              "", "| arm | cold per min | warm per min |", "|---|---|---|"]
     lines += [f"| {'contained' if c else 'uncontained'} | {rate[(c, 'cold')]:.2f} | "
               f"{rate[(c, 'warm')]:.2f} |" for c in (True, False)]
