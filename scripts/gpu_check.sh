@@ -25,6 +25,9 @@
 #          baselines) into RESULTS_DIR/suite.md/.json
 #   headline-mock: experiments/headline.py --mock-server on softmax (the LLM operators over HTTP
 #          against the fake OpenAI-compatible server, scripted CUDA), 3 generations
+#   gpu-tests: every gpu-marked test but the gate fixtures' twin, each bounded by TEST_TIMEOUT
+#          seconds (default 300; pytest-timeout fails it with its stack and goes on), with skip
+#          reasons and durations
 #   gate-report: experiments/gate_report.py, every cheat and legitimate fixture in tests/kernels/
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
 #          (tests/gate/test_gpu_gate_fixtures.py, the same run), so run it on its own:
@@ -166,7 +169,7 @@ while next_stage; do
                 python3 scripts/prebuild.py --cache "/tmp/evokernel-ab-$h" $([ $h = full ] && echo --full-headers) \
                   $PREBUILD_FILES | tee "$R/prebuild_$h.txt" | tail -1
               done ;;
-    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 \
+    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -rs --durations=0 --timeout "${TEST_TIMEOUT:-300}" -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 \
                  | tee "$R/gpu_tests.txt" | tail -25 ;;
     checks) check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
             check conv2d; check conv2d_relu_maxpool ;;
@@ -243,7 +246,7 @@ while next_stage; do
                   | tee "$R/hide_host_check.md" ;;
     validate) python3 scripts/prebuild.py $PREBUILD_FILES \
                 | tee "$R/prebuild.txt"
-              python3 -m pytest -q -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
+              python3 -m pytest -q -rs --durations=0 --timeout "${TEST_TIMEOUT:-300}" -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
               check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
               check conv2d; check conv2d_relu_maxpool ;;
     all) "$0" validate "$R"; search softmax; search layernorm; mock ;;

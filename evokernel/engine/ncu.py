@@ -119,6 +119,14 @@ def _merge(names: Mapping[str, str], launches: Mapping[str, dict[str, float]]
     return tuple(out)
 
 
+def _text(out: str | bytes | None) -> str:
+    """What a timed-out subprocess had written (TimeoutExpired may hold bytes even in text
+    mode)."""
+    if out is None:
+        return ""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out
+
+
 def ncu_command(ncu: str, log_file: Path, target: list[str]) -> list[str]:
     """The ncu command line that profiles ``target`` (a command) and writes its CSV report to
     ``log_file``."""
@@ -165,8 +173,12 @@ def profile_candidate(problem_source: str, candidate_source: str, work_dir: Path
         proc = subprocess.run(ncu_command(tool, report, target), env=run_env, cwd=work_dir,
                               capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise ProfileUnavailable(f"ncu did not finish in {timeout_s:g} s") from None
+    except subprocess.TimeoutExpired as e:
+        said = "".join(_text(x) for x in (e.stdout, e.stderr))
+        (work_dir / "target_output.log").write_text(said)
+        tail = "\n".join(said.strip().splitlines()[-8:]) or "(nothing)"
+        raise ProfileUnavailable(f"ncu did not finish in {timeout_s:g} s; its last lines:\n"
+                                 f"{tail}") from None
     text = report.read_text(errors="replace") if report.is_file() else ""
     (work_dir / "target_output.log").write_text(proc.stdout + proc.stderr)
     said = text + proc.stdout + proc.stderr

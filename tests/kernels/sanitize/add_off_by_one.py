@@ -1,10 +1,15 @@
 """Sanitize fixture: c = a + b with an off-by-one bound (``i <= n``): the last thread reads
-a[n] and b[n] and writes c[n], one element past each allocation. With PyTorch's caching
-allocator that element lies inside a larger block, so the output is right, no fault happens
-and the gate accepts it; `evokernel check --sanitize` (memcheck, caching allocator off) must
-report the invalid reads and write.
+a[n] and b[n] and writes c[n], one element past each allocation. `evokernel check --sanitize`
+(memcheck, caching allocator off) must report the invalid accesses.
 
-EXPECTED: accept ok; --sanitize: memcheck errors (invalid __global__ read/write)
+Whether the gate sees a fault depends on what lies past the tensors. On the H200 (2026-12-02,
+results/h200-2026-12-02-s8/sanitize_add_off_by_one.txt) each 16 MiB tensor had a cudaMalloc
+segment of its own (PyTorch's caching allocator rounds requests of 10 MiB and more to 2 MiB and,
+with no larger free block cached, allocates each anew), a[n] was unmapped, and the gate
+rejected the kernel as cuda_fault;
+memcheck named the read ("1 bytes after the nearest allocation ... of size 16,777,216 bytes").
+
+EXPECTED: reject cuda_fault (H200); --sanitize: memcheck errors (invalid __global__ read)
 PROBLEM: tests/kernels/faults/problem_add.py
 """
 import torch
