@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     pipe)."""
     args = build_parser().parse_args(argv)
     options.configure_logging(args.verbose)
+    previous = None
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
     except NoGPUError as e:
@@ -121,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"evokernel: {where}{e.strerror or e}", file=sys.stderr)
         return 2
+    finally:                            # a caller's own handler back (main() called in-process:
+        if previous is not None:        # a test run's SIGTERM otherwise raised Terminated there)
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,21 @@ def test_ctrl_c_hints_resume_only_for_run(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "evokernel: interrupted"
 
 
+def test_main_in_process_gives_the_callers_sigterm_handler_back(capsys):
+    """main() called from Python (a test run, a notebook) installs its SIGTERM handler only for
+    the command: on the H200 a `timeout` that stopped pytest later was turned into evokernel's
+    Terminated inside an unrelated test."""
+    def mine(signum, frame):
+        pass
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert cli.main(["show", "tests/fixtures/run_mock_llm"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    capsys.readouterr()
+
+
 def test_sigterm_unwinds_like_ctrl_c_and_exits_143(tmp_path):
     """A child that sleeps inside a command: SIGTERM raises Terminated in the main thread, so
     `finally` blocks (which stop build and worker processes) run."""
