@@ -7,6 +7,12 @@ engine, in the same run (issue 16's "must show" on the one-GPU H200):
    build cache each) through both; Dask's candidates/min must be within 10% of the local one's.
 
     python scripts/dask_vs_local.py [--phases gate,cold] [--out DIR] [--build-workers 8]
+        [--local-gate GATE_REPORT.json] [--local-bench BENCH_THROUGHPUT.json]
+
+``--local-gate`` and ``--local-bench`` take the local engine's half from a gate report
+(experiments/gate_report.py's JSON; every pass's verdicts) or a bench run (evokernel.bench's
+bench_throughput.json, its ``cold`` phase over the same tune variants) made earlier in the same
+GPU call, so that only the Dask half runs again: each half costs minutes of GPU time.
 
 Writes DIR/dask_vs_local.json and .md (default results/dask-vs-local-<date>), keeping the other
 phase's result from an earlier call into DIR; exit status 0 when the checks that ran passed. Needs the 'dask' extra and a CUDA GPU.
@@ -32,12 +38,33 @@ def gate_report():
     return mod
 
 
-def gate_phase(out: Path, address: str) -> dict:
+def report_verdicts(path: Path) -> dict:
+    """fixture -> (verdict, reason) from a gate report's JSON, over every pass it holds.
+
+    Raises SystemExit naming the file when it holds no rows, or when one fixture got different
+    verdicts in different passes (the local engine disagreed with itself: no reference)."""
+    rows = json.loads(Path(path).read_text()).get("rows") or []
+    seen: dict = {}
+    for r in rows:
+        seen.setdefault(r["fixture"], set()).add((r["verdict"], r["reason"]))
+    if not seen:
+        raise SystemExit(f"{path}: no gate report rows")
+    split = sorted(k for k, v in seen.items() if len(v) > 1)
+    if split:
+        raise SystemExit(f"{path}: verdicts differ between passes for {', '.join(split)}")
+    return {k: next(iter(v)) for k, v in seen.items()}
+
+
+def gate_phase(out: Path, address: str, local_report: Path | None = None) -> dict:
     report = gate_report()
     fixtures = report.discover(ROOT)
     config = report.report_config()
     verdicts = {}
+    if local_report is not None:
+        verdicts["local"] = report_verdicts(local_report)
     for engine, dask in (("local", None), ("dask", address)):
+        if engine in verdicts:
+            continue
         rows, _ = report.evaluate(fixtures, config, out / f"gate-{engine}", dask=dask)
         verdicts[engine] = {r["fixture"]: (r["verdict"], r["reason"]) for r in rows}
     differ = sorted(f"{k}: local {verdicts['local'].get(k)} vs dask {verdicts['dask'].get(k)}"
@@ -45,10 +72,28 @@ def gate_phase(out: Path, address: str) -> dict:
     expected = {f.name: (f.verdict, f.reason) for f in fixtures}
     right = {e: sum(v.get(k) == expected[k] for k in expected) for e, v in verdicts.items()}
     return {"fixtures": len(fixtures), "right": right, "differ": differ,
-            "passed": not differ and len(verdicts["dask"]) == len(fixtures)}
+            "local_from": str(local_report) if local_report else "this run",
+            "passed": not differ and len(verdicts["dask"]) == len(fixtures)
+            and len(verdicts["local"]) == len(fixtures)}
 
 
-def cold_phase(out: Path, address: str, work: Path, build_workers: int | None) -> dict:
+def bench_cold(path: Path, variants) -> dict:
+    """The ``cold`` phase of a bench_throughput.json, checked to be over ``variants``.
+
+    Raises SystemExit naming the file when it has no cold phase or measured other candidates."""
+    data = json.loads(Path(path).read_text())
+    cold = (data.get("phases") or {}).get("cold")
+    if not cold:
+        raise SystemExit(f"{path}: no cold phase")
+    ids = [c.get("id") for c in data.get("candidates") or []]
+    if sorted(ids) != sorted(v.candidate.id for v in variants):
+        raise SystemExit(f"{path}: its cold phase measured other candidates than this script's "
+                         f"{len(variants)} tune variants (--throughput differs?)")
+    return cold
+
+
+def cold_phase(out: Path, address: str, work: Path, build_workers: int | None,
+               local_bench: Path | None = None) -> dict:
     from evokernel.bench.deps import fresh_dir
     from evokernel.bench.plan import BenchPlan, throughput_variants
     from evokernel.bench.run import cuda_deps
@@ -58,8 +103,10 @@ def cold_phase(out: Path, address: str, work: Path, build_workers: int | None) -
                      build_workers=build_workers)
     variants = throughput_variants(plan.throughput)
     deps = cuda_deps(plan)
-    stats = {}
+    stats = {"local": bench_cold(local_bench, variants)} if local_bench else {}
     for engine, dask in (("local", None), ("dask", address)):
+        if engine in stats:
+            continue
         cache = fresh_dir(work / f"cold-{engine}")
         deps.prepare_cache(cache)
         d = dataclasses.replace(deps, make_evaluator=lambda p, c, dask=dask: make_evaluator(
@@ -68,6 +115,7 @@ def cold_phase(out: Path, address: str, work: Path, build_workers: int | None) -
         stats[engine] = throughput_phase("cold", plan, variants, cache, d, tp).to_dict()
     ratio = stats["dask"]["per_min"] / stats["local"]["per_min"]
     return {"local": stats["local"], "dask": stats["dask"], "dask_over_local": round(ratio, 3),
+            "local_from": str(local_bench) if local_bench else "this run",
             "passed": ratio >= 0.9}
 
 
@@ -76,7 +124,8 @@ def markdown(rep: dict) -> str:
     if "gate" in rep:
         g = rep["gate"]
         lines += [f"gate fixtures: {g['fixtures']}; right: local {g['right']['local']}, dask "
-                  f"{g['right']['dask']}; verdicts that differ: {len(g['differ'])} "
+                  f"{g['right']['dask']} (local verdicts from {g.get('local_from', 'this run')}); "
+                  f"verdicts that differ: {len(g['differ'])} "
                   f"({'passed' if g['passed'] else 'FAILED'})", ""] + [f"- {d}" for d in
                                                                        g["differ"]] + [""]
     if "cold" in rep:
@@ -87,9 +136,24 @@ def markdown(rep: dict) -> str:
             s = c[e]
             lines.append(f"| {e} | {s['candidates']} | {s['accepted']} | "
                          f"{s['evaluate_s']:.1f} | {s['per_min']:.2f} | {s['setup_s']:.1f} |")
-        lines += ["", f"dask / local: {c['dask_over_local']} (>= 0.9: "
+        lines += ["", f"local from: {c.get('local_from', 'this run')}",
+                  f"dask / local: {c['dask_over_local']} (>= 0.9: "
                   f"{'passed' if c['passed'] else 'FAILED'})", ""]
     return "\n".join(lines)
+
+
+def check_given(args) -> None:
+    """Read --local-gate and --local-bench now (SystemExit naming a file that is missing or does
+    not hold what it must), so a bad one costs no GPU time."""
+    from evokernel.bench.plan import BenchPlan, throughput_variants
+    for path in (args.local_gate, args.local_bench):
+        if path is not None and not Path(path).is_file():
+            raise SystemExit(f"{path}: no such file")
+    if args.local_gate is not None:
+        report_verdicts(args.local_gate)
+    if args.local_bench is not None:
+        plan = BenchPlan(results_dir=Path("."), work_dir=args.work_dir, phases=("cold",))
+        bench_cold(args.local_bench, throughput_variants(plan.throughput))
 
 
 def main(argv=None) -> int:
@@ -99,10 +163,16 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", type=Path,
                     default=Path(tempfile.gettempdir()) / "evokernel-bench")
     ap.add_argument("--build-workers", type=int, default=8)
+    ap.add_argument("--local-gate", type=Path, default=None,
+                    help="the local engine's gate report JSON from this call (only Dask runs)")
+    ap.add_argument("--local-bench", type=Path, default=None,
+                    help="the local engine's bench_throughput.json from this call (its cold "
+                         "phase; only Dask runs)")
     args = ap.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
     if set(phases) - {"gate", "cold"}:
         ap.error(f"--phases: gate and/or cold, got {args.phases}")
+    check_given(args)                 # a bad file is named before any GPU work
     import torch
     if not torch.cuda.is_available():
         print("dask_vs_local: needs a CUDA GPU", file=sys.stderr)
@@ -118,10 +188,10 @@ def main(argv=None) -> int:
     cluster = local_cluster([0], args.build_workers)
     try:
         if "gate" in phases:
-            rep["gate"] = gate_phase(out, cluster.scheduler_address)
+            rep["gate"] = gate_phase(out, cluster.scheduler_address, args.local_gate)
         if "cold" in phases:
             rep["cold"] = cold_phase(out, cluster.scheduler_address, args.work_dir,
-                                     args.build_workers)
+                                     args.build_workers, args.local_bench)
     finally:
         cluster.close()
     (out / "dask_vs_local.json").write_text(json.dumps(rep, indent=2))

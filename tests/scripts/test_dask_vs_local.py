@@ -1,0 +1,69 @@
+"""scripts/dask_vs_local.py's reuse of the local engine's half from the same GPU call
+(--local-gate, --local-bench): what it reads, and every bad file named before any GPU work."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "dask_vs_local.py"
+
+
+@pytest.fixture(scope="module")
+def dvl():
+    spec = importlib.util.spec_from_file_location("dask_vs_local", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(path: Path, data) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def row(fixture, verdict, reason, n=1):
+    return {"fixture": fixture, "verdict": verdict, "reason": reason, "pass": n}
+
+
+def test_a_gate_reports_verdicts_over_every_pass(dvl, tmp_path):
+    rows = [row("a", "reject", "side_stream", n) for n in (1, 2)] + [row("b", "accept", "ok")]
+    got = dvl.report_verdicts(write(tmp_path / "g.json", {"rows": rows}))
+    assert got == {"a": ("reject", "side_stream"), "b": ("accept", "ok")}
+
+
+def test_a_report_that_disagrees_with_itself_or_is_empty_is_named(dvl, tmp_path):
+    rows = [row("a", "reject", "side_stream", 1), row("a", "accept", "ok", 2)]
+    with pytest.raises(SystemExit, match=r"g\.json: verdicts differ between passes for a"):
+        dvl.report_verdicts(write(tmp_path / "g.json", {"rows": rows}))
+    with pytest.raises(SystemExit, match=r"e\.json: no gate report rows"):
+        dvl.report_verdicts(write(tmp_path / "e.json", {"rows": []}))
+
+
+def test_a_bench_cold_phase_must_be_over_the_same_variants(dvl, tmp_path):
+    from evokernel.bench.plan import BenchPlan, throughput_variants
+    plan = BenchPlan(results_dir=tmp_path, work_dir=tmp_path, phases=("cold",))
+    variants = throughput_variants(plan.throughput)
+    cold = {"phase": "cold", "candidates": len(variants), "per_min": 12.5}
+    same = [{"problem": v.problem, "id": v.candidate.id} for v in variants]
+    good = write(tmp_path / "b.json", {"phases": {"cold": cold}, "candidates": same})
+    assert dvl.bench_cold(good, variants) == cold
+    other = write(tmp_path / "o.json", {"phases": {"cold": cold}, "candidates": same[1:]})
+    with pytest.raises(SystemExit, match=r"o\.json: its cold phase measured other candidates"):
+        dvl.bench_cold(other, variants)
+    none = write(tmp_path / "n.json", {"phases": {"warm": cold}, "candidates": same})
+    with pytest.raises(SystemExit, match=r"n\.json: no cold phase"):
+        dvl.bench_cold(none, variants)
+
+
+def test_bad_given_files_stop_it_before_the_gpu(dvl, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)      # importing torch would fail the test
+    with pytest.raises(SystemExit, match=r"missing\.json: no such file"):
+        dvl.main(["--phases", "gate", "--local-gate", str(tmp_path / "missing.json")])
+    bad = write(tmp_path / "bad.json", {"rows": []})
+    with pytest.raises(SystemExit, match="no gate report rows"):
+        dvl.main(["--phases", "gate", "--local-gate", str(bad)])
