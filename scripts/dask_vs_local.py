@@ -38,20 +38,54 @@ def gate_report():
     return mod
 
 
-def report_verdicts(path: Path) -> dict:
-    """fixture -> (verdict, reason) from a gate report's JSON, over every pass it holds.
+def read_json(path: Path, what: str, shape: type) -> object:
+    """The JSON in ``path``, which must be ``what`` (a ``shape``: dict or list). Raises
+    SystemExit with one line naming the file for a missing file, a folder, bytes that are not
+    UTF-8 JSON, or another shape."""
+    path = Path(path)
+    if path.is_dir():
+        raise SystemExit(f"{path}: a folder, not {what}")
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{path}: not valid JSON ({e}); expected {what}") from None
+    if not isinstance(data, shape):
+        raise SystemExit(f"{path}: holds a JSON {type(data).__name__}, not {what}")
+    return data
 
-    Raises SystemExit naming the file when it holds no rows, or when one fixture got different
-    verdicts in different passes (the local engine disagreed with itself: no reference)."""
-    rows = json.loads(Path(path).read_text()).get("rows") or []
+
+def report_verdicts(path: Path, fixtures=None) -> dict:
+    """fixture -> (verdict, reason) from a gate report's JSON (experiments/gate_report.py), over
+    every pass it holds.
+
+    fixtures: the gate fixtures this run would evaluate (gate_report.discover); when given, the
+        report must hold every one of them.
+    Raises SystemExit naming the file when it is not a gate report, holds no rows, lacks one of
+    ``fixtures``, or when one fixture got different verdicts in different passes (the local
+    engine disagreed with itself: no reference)."""
+    what = "a gate report (experiments/gate_report.py's JSON)"
+    data = read_json(path, what, dict)
+    rows = data.get("rows")
+    if not isinstance(rows, list):
+        raise SystemExit(f"{path}: no 'rows' list; expected {what}")
     seen: dict = {}
-    for r in rows:
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str)
+                                              for k in ("fixture", "verdict", "reason")):
+            raise SystemExit(f"{path}: row {i} lacks fixture, verdict or reason")
         seen.setdefault(r["fixture"], set()).add((r["verdict"], r["reason"]))
     if not seen:
         raise SystemExit(f"{path}: no gate report rows")
     split = sorted(k for k, v in seen.items() if len(v) > 1)
     if split:
         raise SystemExit(f"{path}: verdicts differ between passes for {', '.join(split)}")
+    missing = sorted(f.name for f in fixtures or () if f.name not in seen)
+    if missing:
+        raise SystemExit(f"{path}: lacks {len(missing)} of today's {len(fixtures)} gate "
+                         f"fixtures ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''});"
+                         " a report of this commit's fixtures is needed")
     return {k: next(iter(v)) for k, v in seen.items()}
 
 
@@ -61,7 +95,7 @@ def gate_phase(out: Path, address: str, local_report: Path | None = None) -> dic
     config = report.report_config()
     verdicts = {}
     if local_report is not None:
-        verdicts["local"] = report_verdicts(local_report)
+        verdicts["local"] = report_verdicts(local_report, fixtures)
     for engine, dask in (("local", None), ("dask", address)):
         if engine in verdicts:
             continue
@@ -78,14 +112,24 @@ def gate_phase(out: Path, address: str, local_report: Path | None = None) -> dic
 
 
 def bench_cold(path: Path, variants) -> dict:
-    """The ``cold`` phase of a bench_throughput.json, checked to be over ``variants``.
+    """The ``cold`` phase of a bench_throughput.json (evokernel.bench), checked to be over
+    ``variants`` (its load_inline candidates; a bench of ``--phases forms`` also lists the NVRTC
+    twins) and to hold a rate.
 
-    Raises SystemExit naming the file when it has no cold phase or measured other candidates."""
-    data = json.loads(Path(path).read_text())
-    cold = (data.get("phases") or {}).get("cold")
-    if not cold:
-        raise SystemExit(f"{path}: no cold phase")
-    ids = [c.get("id") for c in data.get("candidates") or []]
+    Raises SystemExit naming the file when it is not such a file, has no cold phase with a
+    positive ``per_min``, or measured other candidates."""
+    what = "evokernel.bench's bench_throughput.json"
+    data = read_json(path, what, dict)
+    phases = data.get("phases")
+    cold = phases.get("cold") if isinstance(phases, dict) else None
+    if not isinstance(cold, dict):
+        raise SystemExit(f"{path}: no cold phase; expected {what} of a run with --phases cold")
+    rate = cold.get("per_min")
+    if not isinstance(rate, (int, float)) or not rate > 0:
+        raise SystemExit(f"{path}: its cold phase has no positive per_min (got {rate!r})")
+    listed = data.get("candidates") if isinstance(data.get("candidates"), list) else []
+    ids = [c.get("id") for c in listed
+           if isinstance(c, dict) and c.get("form", "load_inline") == "load_inline"]
     if sorted(ids) != sorted(v.candidate.id for v in variants):
         raise SystemExit(f"{path}: its cold phase measured other candidates than this script's "
                          f"{len(variants)} tune variants (--throughput differs?)")
@@ -146,11 +190,13 @@ def check_given(args) -> None:
     """Read --local-gate and --local-bench now (SystemExit naming a file that is missing or does
     not hold what it must), so a bad one costs no GPU time."""
     from evokernel.bench.plan import BenchPlan, throughput_variants
-    for path in (args.local_gate, args.local_bench):
-        if path is not None and not Path(path).is_file():
-            raise SystemExit(f"{path}: no such file")
+    phases = args.phases.split(",")
+    for flag, path, phase in (("--local-gate", args.local_gate, "gate"),
+                              ("--local-bench", args.local_bench, "cold")):
+        if path is not None and phase not in phases:
+            raise SystemExit(f"dask_vs_local: {flag} goes with --phases {phase}")
     if args.local_gate is not None:
-        report_verdicts(args.local_gate)
+        report_verdicts(args.local_gate, gate_report().discover(ROOT))
     if args.local_bench is not None:
         plan = BenchPlan(results_dir=Path("."), work_dir=args.work_dir, phases=("cold",))
         bench_cold(args.local_bench, throughput_variants(plan.throughput))

@@ -3,59 +3,110 @@
 # 10 minutes; the machine stays warm for 30 s after each): the first call starts the list in the
 # background, the next calls wait on it and bring back what it has written so far.
 #
-#   scripts/gpu_chain.sh start RESULTS_DIR STAGE[,STAGE...] [WAIT_S]
+#   scripts/gpu_chain.sh start RESULTS_DIR STAGE[,STAGE...] [WAIT_S]   (from the repository root)
 #   scripts/gpu_chain.sh poll [WAIT_S]        wait until the list ends or WAIT_S pass (default 540)
 #   scripts/gpu_chain.sh plan STAGE[,STAGE...]  replace the stages not yet begun
-#   scripts/gpu_chain.sh stop                 end the list (the stage running and what follows)
+#   scripts/gpu_chain.sh stop                 end the list: the stage running and what follows
 #
 # start copies the tree to /tmp/gpu-chain (the device tool lays the working tree anew on every
-# call and removes what it did not carry, so background work must run outside it), writes the
-# stages to /tmp/gpu-chain.stages (gpu_check.sh @FILE takes them one at a time from its top, so
-# `plan` re-plans a running list) and starts gpu_check.sh there with setsid. Environment
-# variables for gpu_check.sh (LIMIT, REPEAT, BENCH_ARGS, ...) go on start's command line. Every
-# start and poll then waits (WAIT_S) and, when $OUT is set, packs RESULTS_DIR into
-# $OUT/results-<time>.tgz, so a machine lost between calls loses only the stage in flight. The
-# list's process is found by the PID it wrote at start, never by matching command lines (a
-# `pgrep -f` on the list's own words also matches the shell that runs the poll, and a `pkill -f`
-# kills it: 2026-12-02, one call's results lost).
+# call and removes what it did not carry, so background work must run outside it; a RESULTS_DIR
+# left there by an earlier list is kept), writes the stages to /tmp/gpu-chain.stages
+# (gpu_check.sh @FILE takes them one at a time from its top, under a lock, so `plan` re-plans a
+# running list) and starts gpu_check.sh there in a session of its own. RESULTS_DIR is relative
+# to the repository, as gpu_check.sh's own default; put a frontier stage's FRONTIER_ROOT under it,
+# since only RESULTS_DIR comes back. Environment variables for gpu_check.sh (LIMIT, REPEAT,
+# BENCH_ARGS, ...) go on start's command line. Every start and poll waits (WAIT_S) and, when $OUT
+# is set, packs RESULTS_DIR into $OUT/results-<time>.tgz, so a machine lost between calls loses
+# only the stage in flight. Exit status: 0 while the list runs or after it ended well, the list's
+# own status when it ended otherwise, 2 for bad use. The list is found by the PID and session it
+# wrote at start, never by matching command lines (a `pgrep -f` on the list's own words also
+# matches the shell that runs the poll, and a `pkill -f` kills it: 2026-12-02, a call's results
+# lost).
 set -uo pipefail
 W=/tmp/gpu-chain STAGES=/tmp/gpu-chain.stages PIDF=/tmp/gpu-chain.pid LOG=/tmp/gpu-chain.log
-RF=/tmp/gpu-chain.results
+RF=/tmp/gpu-chain.results RC=/tmp/gpu-chain.rc
 
-running() { [ -f "$PIDF" ] && kill -0 "$(cat "$PIDF")" 2>/dev/null; }
+die() { echo "gpu_chain: $*" >&2; exit 2; }
+running() { [ -s "$PIDF" ] && kill -0 "$(cat "$PIDF")" 2>/dev/null; }
+seconds() { [[ "$1" =~ ^[0-9]+$ ]] || die "WAIT_S must be whole seconds, got '$1'"; }
+left() { paste -sd, "$STAGES" 2>/dev/null; }
 
-report() {  # wait up to $1 s for the list, then pack and summarize
+write_stages() {  # the stage list, replaced whole under the lock gpu_check.sh reads it under
+  local tmp; tmp=$(mktemp "$STAGES.XXXX")
+  tr ',' '\n' <<<"$1" | sed '/^$/d' >"$tmp"
+  { flock 9; mv "$tmp" "$STAGES"; } 9>"$STAGES.lock"
+}
+
+tree() {  # the list's processes: its session, and every descendant (a stage's own setsid)
+  local sid=$1
+  ps -eo pid=,ppid=,sid= | awk -v s="$sid" '
+    { pid[NR] = $1; ppid[NR] = $2; if ($3 == s) keep[$1] = 1 }
+    END { do { more = 0
+                for (i in pid) if ((ppid[i] in keep) && !(pid[i] in keep)) { keep[pid[i]] = 1; more = 1 }
+              } while (more)
+          for (p in keep) print p }'
+}
+
+report() {  # wait up to $1 s for the list, then pack and summarize; returns the list's status
   local wait=${1:-540} t=0
   while running && [ "$t" -lt "$wait" ]; do sleep 5; t=$((t + 5)); done
-  local r; r=$(cat "$RF" 2>/dev/null) || { echo "gpu_chain: no list was started"; return 2; }
-  if [ -n "${OUT:-}" ] && [ -d "$W/$r" ]; then
-    tar czf "$OUT/results-$(date -u +%H%M%S).tgz" --exclude='*.so' --exclude='*.o' -C "$W" "$r"
+  local r; r=$(cat "$RF" 2>/dev/null) || die "no list was started"
+  if [ -n "${OUT:-}" ]; then
+    if [ -d "$W/$r" ]; then
+      tar czf "$OUT/results-$(date -u +%H%M%S.%N).tgz" --exclude='*.so' --exclude='*.o' -C "$W" "$r"
+    else echo "gpu_chain: nothing to pack yet ($W/$r does not exist)"; fi
   fi
   grep -h "^== stage" "$LOG"
-  if running; then echo "gpu_chain: still running (pid $(cat "$PIDF")); left: $(paste -sd, "$STAGES")"
-  else echo "gpu_chain: finished"; fi
   grep -v -E "DEBUG|^W[0-9]" "$LOG" | tail -40
+  if running; then echo "gpu_chain: still running (pid $(cat "$PIDF")); next: $(left)"; return 0; fi
+  local rc; rc=$(cat "$RC" 2>/dev/null || echo "unknown (killed)")
+  echo "gpu_chain: finished, exit status $rc${STOPPED:+ (stopped)}; not run: $(left)"
+  [ "$rc" = 0 ] && return 0
+  [[ "$rc" =~ ^[0-9]+$ ]] && return "$rc"
+  return 1
 }
 
 case "${1:-}" in
   start)
-    r=${2:?results dir}; stages=${3:?stages}
-    if running; then echo "gpu_chain: a list is running (pid $(cat "$PIDF")); stop it first"; exit 2; fi
-    rm -rf "$W" && cp -r . "$W" && echo "$r" >"$RF"
-    tr ',' '\n' <<<"$stages" >"$STAGES"
-    rm -f "$PIDF"
-    # The list writes its own PID (a new session's leader, so `stop` can end its whole group);
+    r=${2:?results dir}; stages=${3:?stages}; seconds "${4:-540}"
+    [ -f scripts/gpu_check.sh ] || die "run it from the repository root (no scripts/gpu_check.sh here)"
+    case "$r" in /*|*..*) die "RESULTS_DIR must be a path inside the repository, got $r" ;; esac
+    if running; then die "a list is running (pid $(cat "$PIDF")); stop it first"; fi
+    keep=""
+    if [ -d "$W/$r" ]; then keep=$(mktemp -d); mv "$W/$r" "$keep/kept"; fi
+    rm -rf "$W" && cp -r . "$W" || die "could not copy the tree to $W"
+    if [ -n "$keep" ]; then
+      mkdir -p "$(dirname "$W/$r")"; rm -rf "${W:?}/$r"; mv "$keep/kept" "$W/$r"; rmdir "$keep"
+    fi
+    echo "$r" >"$RF"; rm -f "$PIDF" "$RC"; : >"$LOG"; write_stages "$stages"
+    # The list writes its PID (a new session's leader), runs gpu_check.sh and writes its status;
     # every descriptor goes to the log, so no caller's pipe waits on it.
-    (cd "$W" && OUT='' exec setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDF" \
-       scripts/gpu_check.sh "@$STAGES" "$r") >"$LOG" 2>&1 </dev/null &
+    (cd "$W" && OUT='' exec setsid bash -c 'echo $$ >"$1"; "${@:3}"; echo $? >"$2"' _ \
+       "$PIDF" "$RC" scripts/gpu_check.sh "@$STAGES" "$r") >"$LOG" 2>&1 </dev/null &
     for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$PIDF" ] && break; sleep 0.5; done
     sleep 2; report "${4:-540}" ;;
-  poll) report "${2:-540}" ;;
-  plan) tr ',' '\n' <<<"${2:?stages}" >"$STAGES"; echo "gpu_chain: next: $(paste -sd, "$STAGES")" ;;
+  poll) seconds "${2:-540}"; report "${2:-540}" ;;
+  plan)
+    running || die "no list is running; plan replaces the stages of a running one"
+    write_stages "${2:?stages}"; echo "gpu_chain: next: $(left)" ;;
   stop)
+    [ -f "$RF" ] || die "no list was started"
+    echo "gpu_chain: stopping; the stages not begun were: $(left)"
     : >"$STAGES"
-    if running; then kill -TERM -- "-$(cat "$PIDF")" 2>/dev/null; sleep 5
-      kill -KILL -- "-$(cat "$PIDF")" 2>/dev/null; fi
-    report 0 ;;
-  *) sed -n 2,20p "$0"; exit 2 ;;
+    if running; then
+      sid=$(cat "$PIDF"); pids=$(tree "$sid")     # taken before any dies (orphans leave the tree)
+      for sig in TERM KILL; do
+        pids=$(printf '%s\n' $pids $(tree "$sid") | sort -u | while read -r p; do
+                 kill -0 "$p" 2>/dev/null && echo "$p"; done)
+        [ -n "$pids" ] || break
+        # shellcheck disable=SC2086
+        kill -"$sig" $pids 2>/dev/null
+        for _ in 1 2 3 4 5 6 7 8 9 10; do
+          alive=$(for p in $pids; do kill -0 "$p" 2>/dev/null && echo "$p"; done)
+          [ -n "$alive" ] || break; sleep 0.5
+        done
+      done
+    fi
+    STOPPED=1 report 0 ;;
+  *) sed -n 2,9p "$0"; exit 2 ;;
 esac

@@ -153,11 +153,15 @@ headline_mock() {
 CHECK_ARGS=${CHECK_ARGS:-}
 PREBUILD_FILES="problems/seeds/*.py tests/kernels/*.py tests/kernels/cheats/*.py tests/kernels/legit/*.py tests/kernels/faults/*.py"  # globbed where used
 # STAGE may be @FILE: the stages are then taken one at a time from FILE's first line, so a long
-# call started in the background (setsid) can be re-planned while it runs by rewriting FILE.
+# call started in the background (setsid) can be re-planned while it runs by rewriting FILE
+# (under `flock FILE.lock`, as scripts/gpu_chain.sh plan does: a stage is read and removed under
+# the same lock, so a re-plan never lands between the two).
 STAGE_FILE=""; [ "${stage#@}" != "$stage" ] && STAGE_FILE=${stage#@}
 stages=${stage//,/ }
 next_stage() {  # sets s to the next stage; false when none is left
-  if [ -n "$STAGE_FILE" ]; then s=$(sed -n 1p "$STAGE_FILE" 2>/dev/null); sed -i 1d "$STAGE_FILE" 2>/dev/null
+  if [ -n "$STAGE_FILE" ]; then
+    s=$( { flock 9; sed -n 1p "$STAGE_FILE" && sed -i 1d "$STAGE_FILE"; } 9>"$STAGE_FILE.lock" \
+         2>/dev/null )
   else set -- $stages; [ $# -gt 0 ] || return 1; s=$1; shift; stages="$*"; fi
   [ -n "$s" ]
 }

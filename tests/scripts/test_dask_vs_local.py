@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -36,6 +37,31 @@ def test_a_gate_reports_verdicts_over_every_pass(dvl, tmp_path):
     assert got == {"a": ("reject", "side_stream"), "b": ("accept", "ok")}
 
 
+@pytest.mark.parametrize("content, said", [
+    (b"{bad", "not valid JSON"), (b"", "not valid JSON"), (b"\xff\xfe", "not valid JSON"),
+    (b"[1, 2]", "holds a JSON list, not a gate report"),
+    (b'{"rows": {}}', "no 'rows' list"),
+    (b'{"rows": [{"fixture": "a"}]}', "row 0 lacks fixture, verdict or reason")])
+def test_a_file_that_is_not_a_gate_report_is_named_in_one_line(dvl, tmp_path, content, said):
+    path = tmp_path / "g.json"
+    path.write_bytes(content)
+    with pytest.raises(SystemExit, match=rf"g\.json: .*{re.escape(said)}"):
+        dvl.report_verdicts(path)
+    with pytest.raises(SystemExit, match=r": a folder, not a gate report"):
+        dvl.report_verdicts(tmp_path)
+
+
+def test_a_report_without_todays_fixtures_is_refused(dvl, tmp_path):
+    fixtures = dvl.gate_report().discover(dvl.ROOT)
+    rows = [row(f.name, f.verdict, f.reason) for f in fixtures[1:]]
+    with pytest.raises(SystemExit, match=rf"lacks 1 of today's {len(fixtures)} gate fixtures "
+                                         rf"\({re.escape(fixtures[0].name)}\)"):
+        dvl.report_verdicts(write(tmp_path / "g.json", {"rows": rows}), fixtures)
+    rows.append(row(fixtures[0].name, fixtures[0].verdict, fixtures[0].reason))
+    got = dvl.report_verdicts(write(tmp_path / "g.json", {"rows": rows}), fixtures)
+    assert len(got) == len(fixtures)
+
+
 def test_a_report_that_disagrees_with_itself_or_is_empty_is_named(dvl, tmp_path):
     rows = [row("a", "reject", "side_stream", 1), row("a", "accept", "ok", 2)]
     with pytest.raises(SystemExit, match=r"g\.json: verdicts differ between passes for a"):
@@ -58,6 +84,14 @@ def test_a_bench_cold_phase_must_be_over_the_same_variants(dvl, tmp_path):
     none = write(tmp_path / "n.json", {"phases": {"warm": cold}, "candidates": same})
     with pytest.raises(SystemExit, match=r"n\.json: no cold phase"):
         dvl.bench_cold(none, variants)
+    forms = same + [{"problem": v.problem, "id": v.candidate.id + "n", "form": "nvrtc"}
+                    for v in variants]                  # --phases forms lists both forms
+    assert dvl.bench_cold(write(tmp_path / "f.json", {"phases": {"cold": cold},
+                                                      "candidates": forms}), variants) == cold
+    zero = write(tmp_path / "z.json", {"phases": {"cold": dict(cold, per_min=0)},
+                                       "candidates": same})
+    with pytest.raises(SystemExit, match=r"z\.json: its cold phase has no positive per_min"):
+        dvl.bench_cold(zero, variants)
 
 
 def test_bad_given_files_stop_it_before_the_gpu(dvl, tmp_path, monkeypatch):
@@ -67,3 +101,5 @@ def test_bad_given_files_stop_it_before_the_gpu(dvl, tmp_path, monkeypatch):
     bad = write(tmp_path / "bad.json", {"rows": []})
     with pytest.raises(SystemExit, match="no gate report rows"):
         dvl.main(["--phases", "gate", "--local-gate", str(bad)])
+    with pytest.raises(SystemExit, match="--local-gate goes with --phases gate"):
+        dvl.main(["--phases", "cold", "--local-gate", str(bad)])
