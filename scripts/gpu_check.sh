@@ -37,9 +37,10 @@
 #          cluster and the local engine, then both engines' cold throughput) into
 #          RESULTS_DIR/dask_vs_local/; dask-gate and dask-cold: one half each (the gate half
 #          takes several minutes per engine; prebuild first). Needs dask and distributed (carry
-#          their wheels: ../shared/tools/device-wheels.sh ... dask distributed). DASK_ARGS adds
-#          flags: "--local-gate R/gate_report_load/gate_report.json --local-bench
-#          R/bench_throughput.json" takes the local half from this call's gate report and bench.
+#          their wheels: ../shared/tools/device-wheels.sh ... dask distributed).
+#          DASK_GATE_ARGS="--local-gate R/gate_report/gate_report.json" and
+#          DASK_COLD_ARGS="--local-bench R/bench_throughput.json" take the local engine's half
+#          from a gate report and a bench (cold phase) run earlier in the same call.
 #   suite-bench: `python -m evokernel.bench --phases suite` (a problem set one at a time,
 #          together, together with warm-ahead; SUITE_ARGS adds flags, e.g.
 #          SUITE_ARGS="--suite-variants 4") into RESULTS_DIR/bench_suite.md/.json
@@ -222,10 +223,10 @@ while next_stage; do
     dask-vs-local) timeout "$LIMIT" python3 scripts/dask_vs_local.py --out "$R/dask_vs_local" \
                      2>&1 | tee "$R/dask_vs_local.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -40 ;;
     # shellcheck disable=SC2086
-    dask-gate) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases gate ${DASK_ARGS:-} \
+    dask-gate) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases gate ${DASK_GATE_ARGS:-} \
                  --out "$R/dask_vs_local" 2>&1 | tee "$R/dask_gate.txt" | grep -v DEBUG | tail -40 ;;
     # shellcheck disable=SC2086
-    dask-cold) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases cold ${DASK_ARGS:-} \
+    dask-cold) timeout "$LIMIT" python3 scripts/dask_vs_local.py --phases cold ${DASK_COLD_ARGS:-} \
                  --out "$R/dask_vs_local" 2>&1 | tee "$R/dask_cold.txt" | grep -v DEBUG | tail -20 ;;
     # shellcheck disable=SC2086
     suite-bench) timeout "$LIMIT" python3 -m evokernel.bench --phases suite --results-dir "$R" \
