@@ -63,7 +63,9 @@
 # Writes logs, JSON and run directories under RESULTS_DIR (default results/h200-<date>/), prints a
 # short table last, and, when $OUT is set (the device tool), packs RESULTS_DIR into
 # $OUT/results.tgz. On the H200 the image lacks deap/loguru/litellm: carry .whl/ (made with
-# ../shared/tools/device-wheels.sh deap loguru litellm tenacity) and this script installs them.
+# ../shared/tools/device-wheels.sh deap loguru litellm tenacity) and this script installs them;
+# a package may also travel as .whl/NAME.tar.xz, its installed tree (e.g. litellm's wheel
+# unzipped, without litellm/proxy/_experimental, the proxy's web UI: 22 MB instead of 44).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-validate}
@@ -74,6 +76,12 @@ export EVOKERNEL_CACHE=${EVOKERNEL_CACHE:-/tmp/evokernel-cache}
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+# A package carried as an installed tree (.whl/NAME.tar.xz, unpacked into /tmp/site): xz packs
+# litellm's 44 MB native library into less than its wheel does, and the carry is capped at 64 MiB.
+if [ -d .whl ] && ls .whl/*.tar.xz >/dev/null 2>&1; then
+  mkdir -p /tmp/site && for t in .whl/*.tar.xz; do tar xJf "$t" -C /tmp/site; done
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 # Checked from another folder: build and worker processes start elsewhere, so the package must
 # import from anywhere, not only from the repository root.
