@@ -89,13 +89,13 @@ def report_verdicts(path: Path, fixtures=None) -> dict:
     return {k: next(iter(v)) for k, v in seen.items()}
 
 
-def gate_phase(out: Path, address: str, local_report: Path | None = None) -> dict:
+def gate_phase(out: Path, address: str, local: dict | None = None,
+               local_from: str = "this run") -> dict:
+    """local: the local engine's verdicts read by check_given (None: evaluate them here)."""
     report = gate_report()
     fixtures = report.discover(ROOT)
     config = report.report_config()
-    verdicts = {}
-    if local_report is not None:
-        verdicts["local"] = report_verdicts(local_report, fixtures)
+    verdicts = {"local": local} if local is not None else {}
     for engine, dask in (("local", None), ("dask", address)):
         if engine in verdicts:
             continue
@@ -106,7 +106,7 @@ def gate_phase(out: Path, address: str, local_report: Path | None = None) -> dic
     expected = {f.name: (f.verdict, f.reason) for f in fixtures}
     right = {e: sum(v.get(k) == expected[k] for k in expected) for e, v in verdicts.items()}
     return {"fixtures": len(fixtures), "right": right, "differ": differ,
-            "local_from": str(local_report) if local_report else "this run",
+            "local_from": local_from,
             "passed": not differ and len(verdicts["dask"]) == len(fixtures)
             and len(verdicts["local"]) == len(fixtures)}
 
@@ -137,7 +137,8 @@ def bench_cold(path: Path, variants) -> dict:
 
 
 def cold_phase(out: Path, address: str, work: Path, build_workers: int | None,
-               local_bench: Path | None = None) -> dict:
+               local: dict | None = None, local_from: str = "this run") -> dict:
+    """local: the local engine's cold phase read by check_given (None: measure it here)."""
     from evokernel.bench.deps import fresh_dir
     from evokernel.bench.plan import BenchPlan, throughput_variants
     from evokernel.bench.run import cuda_deps
@@ -147,7 +148,7 @@ def cold_phase(out: Path, address: str, work: Path, build_workers: int | None,
                      build_workers=build_workers)
     variants = throughput_variants(plan.throughput)
     deps = cuda_deps(plan)
-    stats = {"local": bench_cold(local_bench, variants)} if local_bench else {}
+    stats = {"local": local} if local is not None else {}
     for engine, dask in (("local", None), ("dask", address)):
         if engine in stats:
             continue
@@ -159,8 +160,7 @@ def cold_phase(out: Path, address: str, work: Path, build_workers: int | None,
         stats[engine] = throughput_phase("cold", plan, variants, cache, d, tp).to_dict()
     ratio = stats["dask"]["per_min"] / stats["local"]["per_min"]
     return {"local": stats["local"], "dask": stats["dask"], "dask_over_local": round(ratio, 3),
-            "local_from": str(local_bench) if local_bench else "this run",
-            "passed": ratio >= 0.9}
+            "local_from": local_from, "passed": ratio >= 0.9}
 
 
 def markdown(rep: dict) -> str:
@@ -186,20 +186,22 @@ def markdown(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def check_given(args) -> None:
+def check_given(args, phases: list[str]) -> dict:
     """Read --local-gate and --local-bench now (SystemExit naming a file that is missing or does
-    not hold what it must), so a bad one costs no GPU time."""
+    not hold what it must), so a bad one costs no GPU time. Returns phase -> the local engine's
+    half read from its file ("gate": verdicts, "cold": the cold phase's stats)."""
     from evokernel.bench.plan import BenchPlan, throughput_variants
-    phases = args.phases.split(",")
     for flag, path, phase in (("--local-gate", args.local_gate, "gate"),
                               ("--local-bench", args.local_bench, "cold")):
         if path is not None and phase not in phases:
             raise SystemExit(f"dask_vs_local: {flag} goes with --phases {phase}")
+    local = {}
     if args.local_gate is not None:
-        report_verdicts(args.local_gate, gate_report().discover(ROOT))
+        local["gate"] = report_verdicts(args.local_gate, gate_report().discover(ROOT))
     if args.local_bench is not None:
         plan = BenchPlan(results_dir=Path("."), work_dir=args.work_dir, phases=("cold",))
-        bench_cold(args.local_bench, throughput_variants(plan.throughput))
+        local["cold"] = bench_cold(args.local_bench, throughput_variants(plan.throughput))
+    return local
 
 
 def main(argv=None) -> int:
@@ -218,7 +220,7 @@ def main(argv=None) -> int:
     phases = [p for p in args.phases.split(",") if p]
     if set(phases) - {"gate", "cold"}:
         ap.error(f"--phases: gate and/or cold, got {args.phases}")
-    check_given(args)                 # a bad file is named before any GPU work
+    local = check_given(args, phases)  # a bad file is named before any GPU work
     import torch
     if not torch.cuda.is_available():
         print("dask_vs_local: needs a CUDA GPU", file=sys.stderr)
@@ -234,10 +236,12 @@ def main(argv=None) -> int:
     cluster = local_cluster([0], args.build_workers)
     try:
         if "gate" in phases:
-            rep["gate"] = gate_phase(out, cluster.scheduler_address, args.local_gate)
+            rep["gate"] = gate_phase(out, cluster.scheduler_address, local.get("gate"),
+                                     str(args.local_gate or "this run"))
         if "cold" in phases:
             rep["cold"] = cold_phase(out, cluster.scheduler_address, args.work_dir,
-                                     args.build_workers, args.local_bench)
+                                     args.build_workers, local.get("cold"),
+                                     str(args.local_bench or "this run"))
     finally:
         cluster.close()
     (out / "dask_vs_local.json").write_text(json.dumps(rep, indent=2))

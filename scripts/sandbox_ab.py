@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from evokernel.bench.plan import throughput_variants
     from evokernel.config import default_cache_dir
     from evokernel.problem import load_problem
-    problem = load_problem(args.problem)
+    problem = load_problem(args.problem, form=args.form)
     variants = throughput_variants([(args.problem, args.variants)], form=args.form)
     arms: list[dict] = []
     for i in range(args.rounds):
