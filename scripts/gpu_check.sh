@@ -47,7 +47,8 @@
 #   sass-audit: experiments/sass_audit_report.py (the fixtures' below-FP32 instructions; CPU work,
 #          on the prebuilt cache) into RESULTS_DIR/sass_audit.txt/.json (issue 17)
 #   sanitize: `evokernel check --sanitize` on each planted kernel of tests/kernels/sanitize/ (an
-#          out-of-bounds access, a shared-memory race) into RESULTS_DIR/sanitize_<name>.txt/.json
+#          out-of-bounds access, a shared-memory race) into RESULTS_DIR/sanitize_<name>.txt/.json;
+#          SANITIZE_KERNELS (paths, space-separated) picks some of them
 #   export-op: `evokernel export EXPORT_RUN --op EXPORT_OP --sanitize --robustness` (default: the
 #          committed frontier softmax run, op softmax_ek), then the package's example.py (the op
 #          inside a torch.compile'd module, against the reference) into RESULTS_DIR/export_*
@@ -241,7 +242,8 @@ while next_stage; do
                    ${SUITE_ARGS:-} 2>&1 | tee "$R/bench_suite.txt" | grep -v DEBUG | tail -30 ;;
     sass-audit) timeout "$LIMIT" python3 experiments/sass_audit_report.py --json "$R/sass_audit.json" \
                   2>&1 | grep -v DEBUG | tee "$R/sass_audit.txt" | tail -40 ;;
-    sanitize) for k in tests/kernels/sanitize/*.py; do n=$(basename "$k" .py)
+    # shellcheck disable=SC2086
+    sanitize) for k in ${SANITIZE_KERNELS:-tests/kernels/sanitize/*.py}; do n=$(basename "$k" .py)
                 timeout "$LIMIT" $EK check tests/kernels/faults/problem_add.py "$k" --sanitize \
                   --no-compile-baseline --json "$R/sanitize_$n.json" >"$R/sanitize_$n.txt" 2>&1
                 echo "sanitize $n: exit $?"; grep -v DEBUG "$R/sanitize_$n.txt" | tail -20
