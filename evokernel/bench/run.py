@@ -228,12 +228,12 @@ def cuda_deps(plan: BenchPlan) -> BenchDeps:
     if not torch.cuda.is_available():
         raise NoGPUError(NO_GPU_MESSAGE)
     from evokernel.build.builder import Builder, device_arch
-    from evokernel.engine.factory import make_evaluator
+    from evokernel.engine import factory
     results_dir = Path(plan.results_dir)
     cold = Path(plan.work_dir) / "cold"
 
     def make_evaluator(problem: Any, config: EvalConfig) -> Any:
-        return make_evaluator(problem, config, log_dir=Path(config.cache_path) / "logs")
+        return factory.make_evaluator(problem, config, log_dir=Path(config.cache_path) / "logs")
 
     def prebuild(cands: Sequence[Candidate], config: EvalConfig) -> list[Any]:
         with Builder(config.cache_path, arch=device_arch(), timeout_s=config.build_timeout_s,
