@@ -25,9 +25,12 @@
 #          baselines) into RESULTS_DIR/suite.md/.json
 #   headline-mock: experiments/headline.py --mock-server on softmax (the LLM operators over HTTP
 #          against the fake OpenAI-compatible server, scripted CUDA), 3 generations
-#   gpu-tests: every gpu-marked test but the gate fixtures' twin, each bounded by TEST_TIMEOUT
-#          seconds (default 300; pytest-timeout fails it with its stack and goes on), with skip
-#          reasons and durations
+#   gpu-tests: every gpu-marked test but the gate fixtures' twin (GPU_TESTS: paths or node ids
+#          instead of tests/), each bounded by TEST_TIMEOUT seconds (default 300; pytest-timeout
+#          fails it with its stack and goes on), with skip reasons and durations; each outcome is
+#          appended to RESULTS_DIR/gpu_tests_ledger.csv as it ends, and tests a ledger records as
+#          passed at the same commit are not run again (GPU_TESTS_RESUME=FILE: an earlier
+#          call's ledger, e.g. a committed one)
 #   gate-report: experiments/gate_report.py, every cheat and legitimate fixture in tests/kernels/
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
 #          (tests/gate/test_gpu_gate_fixtures.py, the same run), so run it on its own:
@@ -160,6 +163,17 @@ headline_mock() {
     | tee "$R/headline_mock.txt" | grep -v DEBUG | tail -30
   $EK show "$R/headline_mock/softmax" >"$R/show_headline_mock.txt" 2>&1
 }
+gpu_tests() {  # the gpu-marked tests, each bounded; a ledger of outcomes lets a later call resume
+  local ledger="$R/gpu_tests_ledger.csv"; case "$ledger" in /*) ;; *) ledger="$PWD/$ledger" ;; esac
+  # GPU_TESTS_RESUME=FILE: an earlier call's ledger (tests it passed at this commit are skipped)
+  if [ -n "${GPU_TESTS_RESUME:-}" ] && [ "$GPU_TESTS_RESUME" != "$ledger" ]; then
+    cat "$GPU_TESTS_RESUME" >>"$ledger"; fi
+  # shellcheck disable=SC2086
+  EVOKERNEL_TEST_LEDGER="$ledger" EVOKERNEL_TEST_COMMIT="$(cat COMMIT 2>/dev/null || git rev-parse HEAD)" \
+    timeout "$LIMIT" python3 -m pytest -v -rs --durations=0 --timeout "${TEST_TIMEOUT:-300}" -m gpu \
+    ${GPU_TESTS:-tests} -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 \
+    | tee -a "$R/gpu_tests.txt" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Timeout" | tail -40
+}
 CHECK_ARGS=${CHECK_ARGS:-}
 PREBUILD_FILES="problems/seeds/*.py tests/kernels/*.py tests/kernels/cheats/*.py tests/kernels/legit/*.py tests/kernels/faults/*.py"  # globbed where used
 # STAGE may be @FILE: the stages are then taken one at a time from FILE's first line, so a long
@@ -185,8 +199,7 @@ while next_stage; do
                 python3 scripts/prebuild.py --cache "/tmp/evokernel-ab-$h" $([ $h = full ] && echo --full-headers) \
                   $PREBUILD_FILES | tee "$R/prebuild_$h.txt" | tail -1
               done ;;
-    gpu-tests) timeout "$LIMIT" python3 -m pytest -q -rs --durations=0 --timeout "${TEST_TIMEOUT:-300}" -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 \
-                 | tee "$R/gpu_tests.txt" | tail -25 ;;
+    gpu-tests) gpu_tests ;;
     checks) check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
             check conv2d; check conv2d_relu_maxpool ;;
     check:*) p=${s#check:}; if [ "$p" = matmul ]; then check matmul tests/kernels/matmul_fp16.py; else check "$p"; fi ;;
@@ -265,7 +278,7 @@ while next_stage; do
                   | tee "$R/hide_host_check.md" ;;
     validate) python3 scripts/prebuild.py $PREBUILD_FILES \
                 | tee "$R/prebuild.txt"
-              python3 -m pytest -q -rs --durations=0 --timeout "${TEST_TIMEOUT:-300}" -m gpu tests -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 | tee "$R/gpu_tests.txt" | tail -25
+              gpu_tests
               check softmax; check layernorm; check matmul tests/kernels/matmul_fp16.py
               check conv2d; check conv2d_relu_maxpool ;;
     all) "$0" validate "$R"; search softmax; search layernorm; mock ;;
