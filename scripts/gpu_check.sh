@@ -257,7 +257,8 @@ while next_stage; do
                   2>&1 | grep -v DEBUG | tee "$R/sass_audit.txt" | tail -40 ;;
     # shellcheck disable=SC2086
     sanitize) for k in ${SANITIZE_KERNELS:-tests/kernels/sanitize/*.py}; do n=$(basename "$k" .py)
-                timeout "$LIMIT" $EK check tests/kernels/faults/problem_add.py "$k" --sanitize \
+                prob=$(sed -n 's/^PROBLEM: //p' "$k" | head -1)  # the fixture's own problem
+                timeout "$LIMIT" $EK check "${prob:-tests/kernels/faults/problem_add.py}" "$k" --sanitize \
                   --no-compile-baseline --json "$R/sanitize_$n.json" >"$R/sanitize_$n.txt" 2>&1
                 echo "sanitize $n: exit $?"; grep -v DEBUG "$R/sanitize_$n.txt" | tail -20
               done ;;

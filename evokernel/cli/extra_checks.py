@@ -12,11 +12,13 @@ the robustness report is information only.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -64,8 +66,8 @@ def _run(cmd: list[str], out: Path, timeout_s: float, env_extra: dict[str, str] 
         rc, text = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as e:
         rc = None
-        text = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
-                else (e.stdout or "")) + f"\nevokernel: timed out after {timeout_s:g} s"
+        text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+                       for x in (e.stdout, e.stderr)) + f"\nevokernel: timed out after {timeout_s:g} s"
     try:
         data = json.loads(out.read_text())
     except (OSError, ValueError):
@@ -90,6 +92,7 @@ def sanitize_kernel(problem: Path, kernel: Path, cache: Path, arch: str, *,
             out = Path(work) / f"{which}.json"
             cmd = sanitizer_command(tool, which, target_command(problem, kernel, "once", out,
                                                                 cache, arch))
+            t0 = time.perf_counter()
             rc, text, data = _run(cmd, out, timeout_s, SANITIZER_ENV)
             report = parse_sanitizer(text, which, rc)
             if data is not None and not data.get("ok"):
@@ -97,7 +100,10 @@ def sanitize_kernel(problem: Path, kernel: Path, cache: Path, arch: str, *,
                                          report.findings, rc,
                                          note="" if report.findings else
                                          f"the kernel did not run: {data.get('error')}")
-            result.reports.append(report)
+            # how far a run that did not finish got: its last lines (the target's progress)
+            tail = "" if report.errors is not None else " | ".join(text.strip().splitlines()[-3:])
+            result.reports.append(dataclasses.replace(report, seconds=time.perf_counter() - t0,
+                                                      tail=tail))
         out = Path(work) / "repeat.json"
         rc, text, data = _run(target_command(problem, kernel, "repeat", out, cache, arch,
                                              repeat=repeat), out, timeout_s)

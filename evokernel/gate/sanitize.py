@@ -65,7 +65,9 @@ class SanitizerFinding:
 class SanitizerReport:
     """One tool's run: ``errors`` from its summary line (None when it printed none: it did not
     finish), ``warnings`` (racecheck's), the reports, and ``status`` (the run's exit status;
-    None when it was not run or timed out) with ``note`` saying why when it did not run."""
+    None when it was not run or timed out) with ``note`` saying why when it did not run;
+    ``seconds``: the run's wall time (None when not run); ``tail``: the last lines of a run
+    that printed no summary (how far it got)."""
 
     tool: str
     errors: int | None
@@ -73,6 +75,8 @@ class SanitizerReport:
     findings: tuple[SanitizerFinding, ...] = ()
     status: int | None = None
     note: str = ""
+    seconds: float | None = None
+    tail: str = ""
 
     @property
     def clean(self) -> bool:
@@ -204,12 +208,15 @@ def format_sanitize(result: SanitizeResult) -> list[str]:
         if r.note:
             lines.append(f"{r.tool + ':':<16}not run: {r.note}")
             continue
+        took = f" in {r.seconds:.1f} s" if r.seconds is not None else ""
         if r.errors is None:
-            lines.append(f"{r.tool + ':':<16}did not finish (exit status {r.status}); no "
-                         "summary line")
+            ended = "timed out" if r.status is None else f"exit status {r.status}"
+            lines.append(f"{r.tool + ':':<16}did not finish ({ended}{took}); no summary line")
+            if r.tail:
+                lines.append(f"  last lines: {r.tail}")
         else:
             lines.append(f"{r.tool + ':':<16}{r.errors} error(s)"
-                         + (f", {r.warnings} warning(s)" if r.warnings else ""))
+                         + (f", {r.warnings} warning(s)" if r.warnings else "") + took)
         for f in r.findings[:PRINT_LIMIT]:
             where = f" in {f.kernel}" if f.kernel else ""
             lines.append(f"  {f.message}{where}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,13 @@ def _cuda(inputs: list[Any]) -> list[Any]:
     return [x.cuda() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def _progress(what: str, t0: float = time.perf_counter()) -> None:
+    """One line on stderr, with the seconds since this module was imported: when a run under
+    compute-sanitizer is cut by its timeout, its output says how far it got."""
+    print(f"evokernel.gate.target: {what} at {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+          flush=True)
+
+
 def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     """The mode's result as a JSON-ready dict (see the module docstring)."""
     import torch
@@ -44,7 +52,9 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     from evokernel.gate.reference import align_parameters
     if not torch.cuda.is_available():     # before the kernel is built: every mode runs it
         raise RuntimeError("no CUDA GPU is visible to this process; the kernel runs on one")
+    _progress("torch imported")
     problem, kernel = _load(Path(args.problem), Path(args.kernel), Path(args.cache), args.arch)
+    _progress("kernel loaded")
     if args.mode == "robust":
         from evokernel.gate.robust import robustness_report
         rows = robustness_report(problem, lambda init: kernel.ModelNew(*init),
@@ -60,11 +70,13 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     if reference.state_dict():
         align_parameters(reference, model)
     model = model.cuda().eval()
+    _progress("inputs and model on the GPU")
     outputs = []
     with torch.no_grad():
         for _ in range(1 if args.mode == "once" else args.repeat):
             outputs.append(model(*inputs))
             torch.cuda.synchronize()
+            _progress(f"call {len(outputs)} done")
     if args.mode == "once":
         return {"calls": 1}
     from evokernel.gate.sanitize import compare_runs

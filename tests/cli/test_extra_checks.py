@@ -15,6 +15,7 @@ from evokernel.cli.extra_checks import (require_gpu_for, robustness, sanitize_ke
                                         target_command)
 from evokernel.cli.main import main
 from evokernel.errors import NoGPUError
+from evokernel.gate.sanitize import format_sanitize
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests" / "kernels" / "faults" / "problem_add.py"
@@ -153,3 +154,22 @@ def test_check_prints_and_records_the_reports(tmp_path, monkeypatch, capsys):
     entry = json.loads(path.read_text())["kernels"][0]
     assert entry["sanitize"]["reports"][0]["errors"] == 1
     assert entry["robustness"][0]["variant"] == "odd leading size"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the repeat run would use the GPU")
+def test_a_sanitizer_run_cut_by_its_timeout_says_how_long_and_how_far(tmp_path):
+    """A run that prints no summary before its timeout is reported as timed out, with its wall
+    time and its last lines (the target's progress), not as a finished run."""
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text("#!/bin/sh\necho 'evokernel.gate.target: kernel loaded at 3.0 s' >&2\n"
+                    "exec sleep 30\n")
+    tool.chmod(0o755)
+    result = sanitize_kernel(PROBLEM, KERNEL, tmp_path / "cache", "9.0", tool=str(tool),
+                             timeout_s=1)
+    for r in result.reports:
+        assert r.errors is None and r.status is None and 1 <= r.seconds < 20
+        assert "kernel loaded at 3.0 s" in r.tail and "timed out after 1 s" in r.tail
+    assert not result.failed
+    lines = format_sanitize(result)
+    assert lines[0].startswith("memcheck:       did not finish (timed out in ")
+    assert lines[1].startswith("  last lines: evokernel.gate.target: kernel loaded at 3.0 s")

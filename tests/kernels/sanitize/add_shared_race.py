@@ -4,7 +4,7 @@ no __syncthreads() between: a read-after-write hazard on shared memory. The resu
 right (the gate may accept it); `evokernel check --sanitize` (racecheck) must report the race.
 
 EXPECTED: --sanitize: racecheck error (race between write and read access)
-PROBLEM: tests/kernels/faults/problem_add.py
+PROBLEM: tests/kernels/sanitize/problem_add_small.py
 """
 import torch
 import torch.nn as nn
