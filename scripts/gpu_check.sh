@@ -52,9 +52,11 @@
 #   sanitize: `evokernel check --sanitize` on each planted kernel of tests/kernels/sanitize/ (an
 #          out-of-bounds access, a shared-memory race) into RESULTS_DIR/sanitize_<name>.txt/.json;
 #          SANITIZE_KERNELS (paths, space-separated) picks some of them
-#   export-op: `evokernel export EXPORT_RUN --op EXPORT_OP --sanitize --robustness` (default: the
-#          committed frontier softmax run, op softmax_ek), then the package's example.py (the op
-#          inside a torch.compile'd module, against the reference) into RESULTS_DIR/export_*
+#   export-op: `evokernel export EXPORT_RUN --op EXPORT_OP EXPORT_FLAGS` (default: the
+#          committed frontier softmax run, op softmax_ek, --robustness; --sanitize on softmax's
+#          1 GB input under racecheck would take far longer than a call), then the package's
+#          example.py (the op inside a torch.compile'd module, against the reference) into
+#          RESULTS_DIR/export_*
 #   sandbox-ab: scripts/sandbox_ab.py SANDBOX_AB_ARGS (contained vs uncontained workers'
 #          throughput, issue 20) into RESULTS_DIR/sandbox_ab.md
 #   replay: `evokernel replay REPLAY_RUN` (default: the committed frontier softmax run, what
@@ -262,9 +264,10 @@ while next_stage; do
                   --no-compile-baseline --json "$R/sanitize_$n.json" >"$R/sanitize_$n.txt" 2>&1
                 echo "sanitize $n: exit $?"; grep -v DEBUG "$R/sanitize_$n.txt" | tail -20
               done ;;
+    # shellcheck disable=SC2086
     export-op) op=/tmp/evokernel-export-op; rm -rf "$op"
                timeout "$LIMIT" $EK export "${EXPORT_RUN:-results/h200-2026-12-02/frontier/softmax}" \
-                 --op "${EXPORT_OP:-softmax_ek}" -o "$op" --sanitize --robustness 2>&1 \
+                 --op "${EXPORT_OP:-softmax_ek}" -o "$op" ${EXPORT_FLAGS---robustness} 2>&1 \
                  | grep -v DEBUG | tee "$R/export_op.txt" | tail -40
                cp "$op/checks.md" "$R/export_checks.md" 2>/dev/null
                (cd "$op" && timeout "$LIMIT" python3 example.py; echo "example.py: exit $?") 2>&1 \
