@@ -245,6 +245,9 @@ class LLMConfig:
 
 #: SearchConfig.candidate_form's values: the forms of evokernel.build.forms, or either.
 CANDIDATE_FORMS = ("load_inline", "nvrtc", "any")
+#: SearchConfig.strategy's values: four ways to spend an LLM budget (evokernel.search.strategies;
+#: experiments/ablation_branching.py compares them). "evokernel" is the default search.
+STRATEGIES = ("best_of_n", "sequential", "branching", "evokernel")
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,14 @@ class SearchConfig:
     second instead of about 30 s) or "any". The prompts teach both forms and state this one;
     the run starts from the problem's seed kernel of this form (``seeds/nvrtc/<name>.py``;
     "any" and a problem without one: ``seeds/<name>.py``).
+
+    strategy: how the search spends its LLM calls, one of STRATEGIES (evokernel.search.strategies):
+    "evokernel" (default: every operator, crossover, survival by archive cell), or a baseline:
+    "best_of_n" (independent samples of the seed kernel), "sequential" (refinement of one kernel)
+    or "branching" (Stanford CRFM's k ideas x m implementations of each kept kernel). A baseline
+    makes its children with the idea mutation alone and fixes part of the shape above
+    (``evokernel.search.strategies.preset`` makes its config; ``Evolution`` refuses one whose
+    shape does not match).
     """
 
     population_size: int = 4
@@ -285,6 +296,7 @@ class SearchConfig:
     migration_interval: int = 2
     migrants: int = 1
     candidate_form: str = "load_inline"
+    strategy: str = "evokernel"
 
     def __post_init__(self) -> None:
         if self.population_size < 1 or self.offspring_per_generation < 1 or self.generations < 0:
@@ -306,6 +318,9 @@ class SearchConfig:
         if self.candidate_form not in CANDIDATE_FORMS:
             raise ConfigError(f"search.candidate_form must be one of "
                               f"{', '.join(CANDIDATE_FORMS)}, got {self.candidate_form!r}")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"search.strategy must be one of {', '.join(STRATEGIES)}, got "
+                              f"{self.strategy!r}")
 
 
 @dataclass(frozen=True)

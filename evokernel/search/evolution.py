@@ -14,6 +14,7 @@ such a population; all islands' calls of a generation are made at once, and ever
 
 ``Evolution.toolbox`` is a ``deap.base.Toolbox`` (evokernel.search.toolbox lists its aliases):
 register your own ``mutate``, ``mate``, ``select``, ``evaluate`` or ``map`` on it before ``run``.
+``SearchConfig.strategy`` picks the default operators and ``select`` (evokernel.search.strategies).
 
 The run store is written as each candidate finishes; a killed run resumes from its last complete
 generation and re-evaluates nothing (``Evolution.run(resume=True)``). What resume needs is saved
@@ -44,6 +45,7 @@ from evokernel.records import Candidate, EvalResult
 from evokernel.runs.store import RunStore
 from evokernel.search.archive import Archive, sel_niches
 from evokernel.search.contexts import GenerationContexts
+from evokernel.search import strategies
 from evokernel.search.runstate import (GenerationStats, RunResult, batch_round,
                                        check_llm_run, connect_llm,
                                        REPAIRABLE, discard_if_empty, generation_stats,
@@ -64,7 +66,6 @@ NO_DEFAULT_GPU = ("Evolution's default evaluator (CudaEvaluator) needs a CUDA GP
                   "are not measurements)")
 
 
-
 @dataclass
 class Evolution:
     """A kernel search for one problem.
@@ -73,9 +74,10 @@ class Evolution:
         problem: a Problem or a built-in name / file path.
         config: the RunConfig (defaults: population 4, 8 operator calls per generation,
             3 generations, no LLM).
-        mutations / crossovers / repair: operators (see evokernel.operators). Default: with a
-            model configured, IdeaMutation + TuneMutation, LLMCrossover, Repair; without one,
-            TuneMutation only. They become the toolbox's ``mutate`` and ``mate``.
+        mutations / crossovers / repair: operators (see evokernel.operators), the toolbox's
+            ``mutate`` and ``mate``. Default: ``config.search.strategy``'s (search.strategies):
+            with a model IdeaMutation + TuneMutation, LLMCrossover, Repair, without one
+            TuneMutation only; a baseline's IdeaMutation and Repair, no crossover.
         evaluator: default CudaEvaluator on every visible GPU.
         dask: with the default evaluator, evaluate on Dask instead (engine.factory's ``dask``:
             True for this host's GPUs, or a scheduler address). Not saved in the run's config,
@@ -86,7 +88,8 @@ class Evolution:
         toolbox: the DEAP toolbox (evokernel.search.toolbox): ``evaluate``, ``map``, ``mutate``,
             ``mate``, ``select``, ``select_parents``; register your own before ``run``.
     Raises:
-        ConfigError: neither a mutation nor a crossover.
+        ConfigError: neither a mutation nor a crossover; a baseline strategy with neither an
+            LLM nor mutations, or in a shape it does not allow (strategies.check).
     """
 
     problem: Problem | str
@@ -105,18 +108,9 @@ class Evolution:
         if not isinstance(self.problem, Problem):
             self.problem = load_problem(self.problem, form=self.config.search.candidate_form)
         uses_llm = self.llm is not None or self.config.llm.model is not None
-        if self.mutations is None:
-            from evokernel.operators import IdeaMutation, TuneMutation
-            self.mutations = [IdeaMutation(), TuneMutation()] if uses_llm else [TuneMutation()]
-        if self.crossovers is None:
-            if uses_llm:
-                from evokernel.operators import LLMCrossover
-                self.crossovers = [LLMCrossover()]
-            else:
-                self.crossovers = []
-        if self.repair is None and uses_llm:
-            from evokernel.operators import Repair
-            self.repair = Repair()
+        # The operators passed in, else the strategy's (evokernel.search.strategies).
+        self.mutations, self.crossovers, self.repair = strategies.operators(
+            self.config.search, uses_llm, self.mutations, self.crossovers, self.repair)
         if not self.mutations and not self.crossovers:
             raise ConfigError("Evolution needs at least one mutation or crossover operator")
         self.toolbox = self._default_toolbox()
@@ -130,7 +124,11 @@ class Evolution:
             tb.register("mutate", OperatorChoice(self.mutations))
         if self.crossovers:
             tb.register("mate", OperatorChoice(self.crossovers))
-        tb.register("select", sel_niches, niche=self._niche)
+        survive = strategies.survival(self.config.search.strategy)   # None: evokernel's own
+        if survive is None:
+            tb.register("select", sel_niches, niche=self._niche)
+        else:
+            tb.register("select", survive)
         tb.register("select_parents", tools.selTournament, tournsize=2)
         return tb
 
@@ -140,8 +138,8 @@ class Evolution:
         or (batch LLM mode) a generation's requests were written out (``stopped``).
 
         Raises:
-            ConfigError: bad config, an existing run dir without ``resume``, or no seed kernel
-                and no LLM to write one.
+            ConfigError: bad config, an existing run dir without ``resume``, a resumed run
+                of another strategy, or no seed kernel and no LLM to write one.
             NoGPUError: no GPU for the default evaluator.
         """
         problem: Problem = self.problem  # type: ignore[assignment]
@@ -152,6 +150,7 @@ class Evolution:
         created = not run_dir.exists()
         resumed = RunStore(run_dir) if resume else None
         cfg = resumed.config() if resumed is not None else cfg   # a resumed run's own config
+        strategies.check_resumed(cfg.search, self.config.search, run_dir)
         if self.llm is None and cfg.llm.model is not None:        # evokernel makes the client
             check_llm_run(cfg, resumed, run_dir, self.llm_batch)
         recorded = resumed.meta() if resumed is not None else None
