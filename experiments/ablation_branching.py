@@ -1,12 +1,16 @@
 """Four ways to spend one LLM token budget on one problem, over several seeds.
 
+The arms are the search strategies of evokernel.search.strategies (``SearchConfig.strategy``,
+stored in each run's config.json), each run as ``evokernel run --strategy ARM`` would:
+
 - best_of_n: independent samples from the seed kernel: every call writes one idea and one
   implementation for the seed, which stays the only parent (``toolbox.select`` keeps it);
+  ``--offspring`` samples per generation;
 - sequential: multi-turn refinement of one kernel: each generation, one idea and one
   implementation for the best kernel so far, the call shown that kernel's lineage (population 1);
-- branching: Stanford CRFM's method: each generation, k ideas for each kept kernel and m
-  implementations of each idea, all at once; the best ``--population`` become the next seeds
-  (``toolbox.select`` is DEAP's ``selBest``);
+- branching: Stanford CRFM's method (evokernel.search.strategies cites it): each generation, k
+  ideas for each kept kernel and m implementations of each idea, all at once; the best
+  ``--population`` become the next seeds (``toolbox.select`` is DEAP's ``selBest``);
 - evokernel: the default search: idea mutation and LLM-free tuning, crossover, repair, survival
   by archive cell, inspirations from other lineages.
 
@@ -23,7 +27,19 @@ line per seed, the seeds' mean thick) is ``ablation.png``.
     python experiments/ablation_branching.py softmax --mock-server --budget-tokens 30000  # GPU
 
 Runs go to RUN_ROOT/ARM-sSEED (resumed when already there); the report to RUN_ROOT/ablation.md,
-ablation.json and ablation.png. The budget is checked between generations, so an arm can
+ablation.json and ablation.png. Each run folder is also an ordinary run: ``evokernel run --resume
+RUN_ROOT/ARM-sSEED [--llm-batch DIR]`` goes on with its arm. With a frontier model answering
+offline (README, "Batch LLM mode"), start each arm with the same settings through the command line
+instead, then make the report from the folders without running anything (``--report-only``):
+
+    evokernel run softmax --strategy branching --seed 0 --model M --max-tokens 2000000 \
+        --generations 50 --population 4 --offspring 4 --ideas 3 --implementations 2 \
+        --run-dir RUN_ROOT/branching-s0 --llm-batch RUN_ROOT/branching-s0-batch
+    python experiments/ablation_branching.py softmax --report-only --run-root RUN_ROOT \
+        --budget-tokens 2000000 --model M
+
+(--budget-tokens is --max-tokens, --max-generations --generations, --k and --m --ideas and
+--implementations; --no-repair is --repair-attempts 0). The budget is checked between generations, so an arm can
 overshoot by the calls of its last generation. With --mock or --mock-server every reply reports
 the same token counts (litellm's mock: 30; the fake server: 150), so the budget then counts
 calls; with --evaluator fake the speedups are not measurements, and scripted replies are not a
@@ -40,15 +56,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import common  # noqa: E402
-from deap import tools
 
-from evokernel.config import EvalConfig, RunConfig, SearchConfig
-from evokernel.operators import IdeaMutation
+from evokernel.config import STRATEGIES, EvalConfig, RunConfig, SearchConfig
+from evokernel.errors import EvokernelError
 from evokernel.problem import load_problem
 from evokernel.runs.store import RunStore
 from evokernel.search.evolution import Evolution
+from evokernel.search.strategies import preset
 
-ARMS = ("best_of_n", "sequential", "branching", "evokernel")
+ARMS = STRATEGIES
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -73,9 +89,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-compile-baseline", action="store_true")
     ap.add_argument("--run-root", default=None,
                     help="folder of the runs and the report (default runs/ablation-<time>)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: the report of the runs already in --run-root (made by "
+                         "this script, or by `evokernel run --strategy ARM --run-dir "
+                         "RUN_ROOT/ARM-sSEED`, e.g. in the batch LLM mode); no GPU needed")
     common.add_llm_and_evaluator_args(ap)
     args = ap.parse_args(argv)
-    if not (args.mock or args.mock_server or args.model):
+    if args.report_only and not args.run_root:
+        ap.error("--report-only reports on the runs of --run-root: give it")
+    if not (args.mock or args.mock_server or args.model or args.report_only):
         ap.error("the ablation compares LLM search strategies: give --model, --mock or "
                  "--mock-server")
     unknown = sorted(set(arm_list(args)) - set(ARMS))
@@ -88,47 +110,13 @@ def arm_list(args: argparse.Namespace) -> list[str]:
     return [a.strip() for a in args.arms.split(",") if a.strip()]
 
 
-def keep_the_seed(individuals: Sequence[Any], k: int) -> list[Any]:
-    """best_of_n's survival: the seed kernel alone stays the parent (the fastest kernel when the
-    seed itself was rejected, so the arm can still go on)."""
-    seed = [i for i in individuals if i.candidate.operator == "seed"]
-    return seed[:1] or tools.selBest(list(individuals), 1)
-
-
 def search_config(args: argparse.Namespace, arm: str, seed: int) -> SearchConfig:
-    """The SearchConfig of one arm (see the module docstring)."""
-    common_kw = dict(generations=args.max_generations, seed=seed,
-                     repair_attempts=0 if args.no_repair else 1)
-    if arm == "best_of_n":
-        return SearchConfig(population_size=1, offspring_per_generation=args.offspring,
-                            ideas_per_call=1, implementations_per_idea=1, crossover_prob=0.0,
-                            **common_kw)
-    if arm == "sequential":
-        return SearchConfig(population_size=1, offspring_per_generation=1, ideas_per_call=1,
-                            implementations_per_idea=1, crossover_prob=0.0, **common_kw)
-    if arm == "branching":
-        return SearchConfig(population_size=args.population,
-                            offspring_per_generation=args.population, ideas_per_call=args.k,
-                            implementations_per_idea=args.m, crossover_prob=0.0, **common_kw)
-    return SearchConfig(population_size=args.population, offspring_per_generation=args.offspring,
-                        ideas_per_call=args.k, implementations_per_idea=args.m, **common_kw)
-
-
-def evolution(args: argparse.Namespace, arm: str, config: RunConfig, llm: Any,
-              evaluator: Any, on_generation: Any) -> Evolution:
-    """The arm's Evolution: LLM idea mutation only for the three baselines (best_of_n and
-    branching with their own ``toolbox.select``), evokernel's default operators otherwise."""
-    problem = load_problem(args.problem)
-    if arm == "evokernel":
-        return Evolution(problem, config, llm=llm, evaluator=evaluator,
-                         on_generation=on_generation)
-    evo = Evolution(problem, config, llm=llm, mutations=[IdeaMutation()], crossovers=[],
-                    evaluator=evaluator, on_generation=on_generation)
-    if arm == "best_of_n":
-        evo.toolbox.register("select", keep_the_seed)
-    elif arm == "branching":
-        evo.toolbox.register("select", tools.selBest)
-    return evo
+    """The SearchConfig of one arm: the package's preset of the script's flags
+    (evokernel.search.strategies.preset; the module docstring says what each arm fixes)."""
+    return preset(arm, SearchConfig(
+        population_size=args.population, offspring_per_generation=args.offspring,
+        ideas_per_call=args.k, implementations_per_idea=args.m, generations=args.max_generations,
+        seed=seed, repair_attempts=0 if args.no_repair else 1))
 
 
 def run_arm(args: argparse.Namespace, arm: str, seed: int, run_dir: Path) -> dict[str, Any]:
@@ -146,11 +134,37 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int, run_dir: Path) -> dic
         print(f"  {arm} seed {seed} gen {g.generation}: best {g.best_speedup:.3f}x  "
               f"tokens {g.tokens}", flush=True)
 
+    if args.report_only:
+        row = summarize(arm, seed, run_dir, progress, stored_stop(run_dir))
+        if row["strategy"] != arm:
+            raise EvokernelError(f"{run_dir}: a run of search.strategy {row['strategy']!r}, "
+                                 f"not {arm!r}: start it with --strategy {arm}")
+        return row
     resume = common.resuming(run_dir)
-    evo = evolution(args, arm, config, common.llm_client(args, llm, run_dir),
-                    common.evaluator(args, load_problem(args.problem)), record)
+    problem = load_problem(args.problem)
+    evo = Evolution(problem, config, llm=common.llm_client(args, llm, run_dir),
+                    evaluator=common.evaluator(args, problem), on_generation=record)
     stopped = evo.run(resume=resume).stopped
     return summarize(arm, seed, run_dir, progress, stopped)
+
+
+def stored_stop(run_dir: Path) -> str:
+    """Why a run that --report-only finds stands where it does: "llm_batch" (requests wait for
+    replies), "budget" (its LLM token budget is spent), "completed" (all its generations), else
+    "incomplete". Raises: EvokernelError naming a folder that is not a run."""
+    store = RunStore(run_dir, read_only=True)
+    try:
+        cfg, usage, gens = store.config(), store.llm_usage(), store.generations()
+        pending = store.llm_requests("pending")
+    finally:
+        store.close()
+    budget = cfg.llm.max_total_tokens
+    if pending:
+        return "llm_batch"
+    if budget is not None and usage["prompt_tokens"] + usage["completion_tokens"] > budget:
+        return "budget"
+    return "completed" if gens and gens[-1]["generation"] >= cfg.search.generations \
+        else "incomplete"
 
 
 def best_so_far(points: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
@@ -175,17 +189,19 @@ def mean_curve(curves: Sequence[Sequence[tuple[int, float]]],
 
 def summarize(arm: str, seed: int, run_dir: Path, progress: Path,
               stopped: str) -> dict[str, Any]:
-    store = RunStore(run_dir)
+    store = RunStore(run_dir, read_only=True)
     try:
         cands, results, usage = store.candidates(), store.results(), store.llm_usage()
-        gens = store.generations()
+        gens, logbook, cfg = store.generations(), store.logbook(), store.config()
     finally:
         store.close()
-    tokens_at = {}
+    # tokens spent by each generation's end: the run's Logbook (a run made by `evokernel run`
+    # too), else this script's progress file (runs made before the Logbook kept tokens)
+    tokens_at = {r["gen"]: r["tokens"] for r in logbook if r.get("tokens") is not None}
     if progress.exists():
         for line in progress.read_text().splitlines():
             p = json.loads(line)
-            tokens_at[p["generation"]] = p["tokens"]
+            tokens_at.setdefault(p["generation"], p["tokens"])
     per_gen = []
     for g in gens:       # the best of every kernel so far: best_of_n's offspring never survive
         mine = [cid for cid, c in cands.items() if c.generation <= g["generation"]]
@@ -195,6 +211,7 @@ def summarize(arm: str, seed: int, run_dir: Path, progress: Path,
                         "tokens": tokens_at.get(g["generation"]), "candidates": len(mine)})
     ideas = {c.idea.strip() for c in cands.values() if c.operator == "idea" and c.idea}
     return {"arm": arm, "seed": seed, "run_dir": str(run_dir), "stopped": stopped,
+            "strategy": cfg.search.strategy, "model": cfg.llm.model,
             "generations": gens[-1]["generation"] if gens else 0,
             "best_speedup": max((r.speedup for r in results.values()), default=0.0),
             "tokens": int(usage["prompt_tokens"] + usage["completion_tokens"]),
@@ -282,19 +299,24 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, llm: str) -> 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run every arm for every seed; returns what ablation.json holds."""
+    """Run every arm for every seed (with --report-only, read them); returns what
+    ablation.json holds."""
     args = parse_args(argv)
     common.configure_logging(args.verbose)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    common.require_gpu(args)                     # before any folder is made
+    if not args.report_only:
+        common.require_gpu(args)                 # before any folder is made
     root = Path(args.run_root or f"runs/ablation-{time.strftime('%Y%m%d-%H%M%S')}")
     root.mkdir(parents=True, exist_ok=True)
     llm = common.llm_label(args)
-    print(f"ablation on {args.problem}: LLM {llm}, evaluator {args.evaluator}, budget "
+    if args.report_only and not (args.mock or args.mock_server or args.model):
+        llm = None                               # the runs' own model, once they are read
+    print(f"ablation on {args.problem}: LLM {llm or 'as each run stored it'}, evaluator {args.evaluator}, budget "
           f"{args.budget_tokens} tokens per arm, runs in {root}", flush=True)
     with common.llm_server(args):
         rows = [run_arm(args, arm, seed, root / f"{arm}-s{seed}")
                 for seed in seeds for arm in arm_list(args)]
+    llm = llm or ", ".join(sorted({str(r["model"]) for r in rows}))
     report = markdown(rows, args, llm)
     title = f"{args.problem}: best so far against tokens ({llm})"
     if caveat(args):
