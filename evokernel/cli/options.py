@@ -14,8 +14,8 @@ from typing import Any
 
 from loguru import logger
 
-from evokernel.config import (CANDIDATE_FORMS, KNOWN_DISTRIBUTIONS, EvalConfig, GateConfig,
-                              LLMConfig, RunConfig, SearchConfig)
+from evokernel.config import (CANDIDATE_FORMS, KNOWN_DISTRIBUTIONS, STRATEGIES, EvalConfig,
+                              GateConfig, LLMConfig, RunConfig, SearchConfig)
 from evokernel.engine import factory
 from evokernel.errors import ConfigError
 
@@ -112,6 +112,19 @@ def add_search_arguments(p: argparse.ArgumentParser, *, branching: bool = True) 
                                      SEARCH.candidate_form))
     if not branching:
         return
+    p.add_argument("--strategy", choices=STRATEGIES, default=SEARCH.strategy,
+                   help=with_default(
+                       "how the LLM budget is spent (evokernel.search.strategies; "
+                       "experiments/ablation_branching.py compares them): evokernel, every flag "
+                       "as given; best_of_n, --offspring samples of the seed kernel per "
+                       "generation, the seed the only parent (fixes --population 1, --ideas 1, "
+                       "--implementations 1); sequential, one idea and one implementation of "
+                       "the best kernel so far per generation (fixes --population 1, --offspring "
+                       "1, --ideas 1, --implementations 1); branching (Stanford CRFM), --ideas "
+                       "ideas x --implementations implementations for each of the --population "
+                       "best kernels (fixes --offspring to --population). The three baselines: "
+                       "idea mutation only, no crossover, --islands 1; --generations, --seed, "
+                       "--repair-attempts and --candidate-form as given", SEARCH.strategy))
     p.add_argument("--ideas", type=int, default=SEARCH.ideas_per_call,
                    help=with_default("ideas per idea call (k)", SEARCH.ideas_per_call))
     p.add_argument("--implementations", type=int, default=SEARCH.implementations_per_idea,
@@ -160,15 +173,40 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
     """SearchConfig from the flags of ``add_search_arguments``; settings a command has no flag
-    for keep SearchConfig's defaults. Raises: ConfigError naming a bad setting."""
+    for keep SearchConfig's defaults. With ``--strategy``, the strategy's preset of them
+    (evokernel.search.strategies.preset: it fixes part of the shape). Raises: ConfigError
+    naming a bad setting."""
     optional = {key: getattr(args, flag) for key, flag in (
         ("islands", "islands"), ("migration_interval", "migration_interval"),
         ("migrants", "migrants"), ("ideas_per_call", "ideas"),
         ("implementations_per_idea", "implementations"),
         ("candidate_form", "candidate_form"), ("repair_attempts", "repair_attempts"))
         if hasattr(args, flag)}
-    return SearchConfig(population_size=args.population, generations=args.generations,
+    base = SearchConfig(population_size=args.population, generations=args.generations,
                         offspring_per_generation=args.offspring, seed=args.seed, **optional)
+    if not hasattr(args, "strategy"):
+        return base
+    from evokernel.search.strategies import preset
+    return preset(args.strategy, base)
+
+
+#: The flag that sets each SearchConfig field a strategy can fix (evokernel.search.strategies).
+STRATEGY_FLAGS = {"population_size": "population", "offspring_per_generation": "offspring",
+                  "ideas_per_call": "ideas", "implementations_per_idea": "implementations",
+                  "islands": "islands"}
+
+
+def overridden_flags(args: argparse.Namespace) -> list[str]:
+    """The search flags given with a value other than their default that ``args.strategy``
+    replaces (evokernel.search.strategies.FIXED), as "--population 4"; [] without --strategy.
+    Raises: ConfigError naming a bad setting."""
+    if not hasattr(args, "strategy"):
+        return []
+    from evokernel.search.strategies import fixed
+    search = search_config(args)
+    return [f"--{flag} {getattr(args, flag)}" for name, flag in STRATEGY_FLAGS.items()
+            if name in fixed(args.strategy, search) and hasattr(args, flag)
+            and getattr(args, flag) not in (getattr(SEARCH, name), getattr(search, name))]
 
 
 def llm_config(args: argparse.Namespace) -> LLMConfig:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.cli import options
-from evokernel.errors import EvokernelError
+from evokernel.errors import ConfigError, EvokernelError
 
 
 def add_arguments(r: argparse.ArgumentParser) -> None:
@@ -54,11 +54,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                            search=options.search_config(args),
                            evaluation=options.eval_config(args),
                            llm=options.llm_config(args))
+    if config.search.strategy != "evokernel" and config.llm.model is None:
+        raise ConfigError(f"--strategy {config.search.strategy} makes its children with the "
+                          "LLM's idea mutation: give --model provider/name")
     from evokernel.cli.llm import batch_mode, stop_message
     llm_batch = batch_mode(args, config.llm.model)
     stand_in = _deferred(args, llm_batch, meta)   # batch rounds that need no GPU (engine.deferred)
     if stand_in is None:
         options.require_gpu(args)   # after the arguments and the problem are known to be good
+    if config.search.strategy != "evokernel":
+        print(strategy_line(config.search, [] if args.resume else options.overridden_flags(args)))
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
@@ -84,6 +89,15 @@ def cmd_run(args: argparse.Namespace) -> int:
           + (f", {res.pct_of_floor:.0f}% of floor" if res.pct_of_floor else ""))
     print(f"exported: {result.best_path}")
     return 0
+
+
+def strategy_line(search: Any, ignored: list[str]) -> str:
+    """The line a run of a baseline strategy prints first: what the strategy does, and the
+    flags it replaced (``ignored``, options.overridden_flags)."""
+    from evokernel.search.strategies import describe
+    them = "it" if len(ignored) == 1 else "them"
+    return f"evokernel: strategy {describe(search)}" + (
+        f" ({', '.join(ignored)} not used: the strategy fixes {them})" if ignored else "")
 
 
 #: The placement flags (evokernel.cli.options.add_placement_arguments), allowed with --resume.

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from evokernel.report.labels import answered_by_line, batch_line, llm_line, scripted_note
 from evokernel.build.sass import audit_text
+from evokernel.search.strategies import describe
 from evokernel.runs.view import (RunView, age_text, compile_text, eager_text,
                                  floor_text, fmt_x, kernel_text, lineage_rows, sharing_text)
 
@@ -31,8 +32,8 @@ def _cells(*values: str) -> list[Text]:
 
 
 def summary(view: RunView, relative: bool = True) -> Table:
-    """The key-value summary: problem, state, device, baselines, floor, best, seed, counts;
-    the last record's time also as an age when ``relative``."""
+    """The key-value summary: problem, search strategy, state, device, baselines, floor, best,
+    seed, counts; the last record's time also as an age when ``relative``."""
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column(overflow="fold")
@@ -41,6 +42,8 @@ def summary(view: RunView, relative: bool = True) -> Table:
         t.add_row(*_cells(key, value))
     dev = view.device
     row("problem", view.problem)
+    if view.config is not None:
+        row("strategy", describe(view.config.search))
     if view.replay_of:
         rec = view.replay_of
         who = ", ".join(rec.get("answered_by") or rec.get("scripted_by") or ["no LLM"])

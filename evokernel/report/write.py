@@ -24,6 +24,7 @@ from loguru import logger
 from evokernel.build.sass import audit_text
 from evokernel.report import plots
 from evokernel.report.labels import answered_by_line, idea_heading, llm_line, scripted_note
+from evokernel.search.strategies import describe
 from evokernel.runs.view import (RunView, age_text, compile_text, eager_text,
                                  floor_text, fmt_ms, fmt_x, kernel_text, lineage_rows, load_run,
                                  sharing_text, to_json)
@@ -56,6 +57,7 @@ def _summary_rows(view: RunView) -> list[tuple[str, str]]:
                 rows.append((f"{name}: SASS audit", audit))
     if cfg is not None:
         s = cfg.search
+        rows.append(("strategy", describe(s)))
         rows.append(("search", f"population {s.population_size}, offspring "
                                f"{s.offspring_per_generation}, generations {s.generations}, "
                                f"model {cfg.llm.model or 'none (LLM-free tune operator)'}"))
