@@ -2,7 +2,7 @@
 at once (as candidate builds do) and M busy loops, until stopped (SIGTERM) or --seconds pass. The gate report
 and the side-stream tests are run beside it to show that host load moves no verdict (issue 12).
 
-    python3 scripts/load.py [--builds 8] [--busy 16] [--seconds 600] [--cache DIR]
+    python3 scripts/load.py [--builds 8] [--busy 16] [--seconds 600] [--work DIR]
 
 Run it with setsid, so that killing its process group stops every compile it started.
 """

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evokernel.cli import options
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:

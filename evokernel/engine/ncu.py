@@ -1,4 +1,7 @@
-"""Nsight Compute (``ncu``) metrics of one accepted candidate, for the prompts (``--profile``).
+"""Nsight Compute (``ncu``) metrics of one accepted candidate, for the prompts:
+``CudaEvaluator.profile`` fills ``EvalResult.profile``, which the prompt's profile table shows.
+No command calls it yet (there is no ``--profile`` flag); tests/engine/test_prompt_data_gpu.py
+does, on the GPU.
 
 ``profile_candidate`` runs ``ncu`` on a subprocess (evokernel.engine.ncu_target) that loads the
 problem and the candidate (from the build cache), calls the candidate once to warm up, and once
