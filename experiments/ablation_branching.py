@@ -39,11 +39,11 @@ instead, then make the report from the folders without running anything (``--rep
         --budget-tokens 2000000 --model M
 
 (--budget-tokens is --max-tokens, --max-generations --generations, --k and --m --ideas and
---implementations; --no-repair is --repair-attempts 0). The budget is checked between generations, so an arm can
-overshoot by the calls of its last generation. With --mock or --mock-server every reply reports
-the same token counts (litellm's mock: 30; the fake server: 150), so the budget then counts
-calls; with --evaluator fake the speedups are not measurements, and scripted replies are not a
-model's ideas: the report says so.
+--implementations; --no-repair is --repair-attempts 0). The budget is checked between
+generations, so an arm can overshoot by the calls of its last generation. With --mock or
+--mock-server every reply reports the same token counts (litellm's mock: 30; the fake server:
+150), so the budget then counts calls; with --evaluator fake the speedups are not measurements,
+and scripted replies are not a model's ideas: the report says so.
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int, run_dir: Path) -> dic
 
 def stored_stop(run_dir: Path) -> str:
     """Why a run that --report-only finds stands where it does: "llm_batch" (requests wait for
-    replies), "budget" (its LLM token budget is spent), "completed" (all its generations), else
+    replies), "budget" (its LLM token budget is reached), "completed" (all its generations), else
     "incomplete". Raises: EvokernelError naming a folder that is not a run."""
     store = RunStore(run_dir, read_only=True)
     try:
@@ -161,7 +161,7 @@ def stored_stop(run_dir: Path) -> str:
     budget = cfg.llm.max_total_tokens
     if pending:
         return "llm_batch"
-    if budget is not None and usage["prompt_tokens"] + usage["completion_tokens"] > budget:
+    if budget is not None and usage["prompt_tokens"] + usage["completion_tokens"] >= budget:
         return "budget"
     return "completed" if gens and gens[-1]["generation"] >= cfg.search.generations \
         else "incomplete"
@@ -311,8 +311,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     llm = common.llm_label(args)
     if args.report_only and not (args.mock or args.mock_server or args.model):
         llm = None                               # the runs' own model, once they are read
-    print(f"ablation on {args.problem}: LLM {llm or 'as each run stored it'}, evaluator {args.evaluator}, budget "
-          f"{args.budget_tokens} tokens per arm, runs in {root}", flush=True)
+    print(f"ablation on {args.problem}: LLM {llm or 'as each run stored it'}, evaluator "
+          f"{args.evaluator}, budget {args.budget_tokens} tokens per arm, runs in {root}",
+          flush=True)
     with common.llm_server(args):
         rows = [run_arm(args, arm, seed, root / f"{arm}-s{seed}")
                 for seed in seeds for arm in arm_list(args)]

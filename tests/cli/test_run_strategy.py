@@ -32,8 +32,8 @@ def answer_until_done(run_dir, folder, capsys, rounds=12):
     raise AssertionError(f"still waiting after {rounds} rounds")
 
 
-def test_run_strategy_sequential_in_the_batch_mode_and_resumed(tmp_path, no_gpu_needed,  # noqa: F811
-                                                               capsys):
+def test_run_strategy_sequential_in_the_batch_mode_and_resumed(
+        tmp_path, no_gpu_needed, capsys):  # noqa: F811
     run_dir, folder = tmp_path / "run", tmp_path / "batch"
     assert cli.main(RUN + ["--strategy", "sequential", "--generations", "3", "--population", "3",
                            "--ideas", "2", "--run-dir", str(run_dir),
