@@ -10,8 +10,10 @@
 #   frontier: one step of batch-mode searches (`evokernel run ... --llm-batch`), one after
 #          another: FRONTIER_RUN with requests in FRONTIER_BATCH, or each problem of
 #          FRONTIER_PROBLEMS as FRONTIER_ROOT/<problem> with FRONTIER_ROOT/<problem>-batch; a run
-#          that exists is resumed, a new one starts with FRONTIER_ARGS (flags; the problem is the
-#          folder's name); all are packed into $OUT/frontier.tgz.
+#          that exists is resumed, a new one starts with the line in FRONTIER_ROOT/<name>.args
+#          when there is one (its problem and flags: an ablation arm, `--strategy ...`), else
+#          with FRONTIER_ARGS (flags; the problem is the folder's name); all are packed into
+#          $OUT/frontier.tgz.
 #          scripts/frontier_round.py makes the rounds between two such steps on the CPU
 #   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
 #          compiles of torch-header CUDA files and one busy loop per core), into
@@ -236,7 +238,11 @@ while next_stage; do
               packed=""
               for pair in $pairs; do
                 run=${pair%%=*}; batch=${pair#*=}; name=$(basename "$run")
+                # a new run: RUN.args (one line: the problem and flags, e.g. an ablation arm's
+                # "softmax --strategy branching --seed 0 ...") when it exists, else the
+                # folder's name as the problem with FRONTIER_ARGS
                 if [ -f "$run/run.sqlite" ]; then set -- --resume "$run"
+                elif [ -f "$run.args" ]; then set -- $(head -1 "$run.args") --run-dir "$run"
                 else set -- "$name" ${FRONTIER_ARGS:?} --run-dir "$run"; fi
                 timeout "$LIMIT" $EK run "$@" --llm-batch "$batch" 2>&1 \
                   | tee -a "$R/frontier-$name.txt" | grep -v DEBUG | tail -25
