@@ -7,13 +7,13 @@
 #           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, gate-report-load,
 #           contention, prebuild-ab, hide-check, dask-vs-local, dask-gate, dask-cold, suite-bench,
 #           frontier, sass-audit, sanitize, export-op, sandbox-ab, replay, all
-#   frontier: one step of batch-mode searches (`evokernel run ... --llm-batch`), one after
-#          another: FRONTIER_RUN with requests in FRONTIER_BATCH, or each problem of
-#          FRONTIER_PROBLEMS as FRONTIER_ROOT/<problem> with FRONTIER_ROOT/<problem>-batch; a run
-#          that exists is resumed, a new one starts with the line in FRONTIER_ROOT/<name>.args
-#          when there is one (its problem and flags: an ablation arm, `--strategy ...`), else
-#          with FRONTIER_ARGS (flags; the problem is the folder's name); all are packed into
-#          $OUT/frontier.tgz.
+#   frontier: one step of batch-mode searches, all in one `evokernel advance` (one GPU
+#          evaluator per problem, shared by its runs): FRONTIER_RUN with requests in
+#          FRONTIER_BATCH, or each name of FRONTIER_PROBLEMS as FRONTIER_ROOT/<name> with
+#          FRONTIER_ROOT/<name>-batch; a run that exists is resumed, a new one starts with the
+#          line in FRONTIER_ROOT/<name>.args (its problem and flags: an ablation arm,
+#          `--strategy ...`), written as "<name> FRONTIER_ARGS" when missing (the name is then
+#          the problem); all are packed into $OUT/frontier.tgz.
 #          scripts/frontier_round.py makes the rounds between two such steps on the CPU
 #   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
 #          compiles of torch-header CUDA files and one busy loop per core), into
@@ -229,25 +229,26 @@ while next_stage; do
                 | grep -v DEBUG | tail -15
               wait "$HOG"; $EK show "$R/run_contended" >"$R/show_contended.txt" 2>&1; tail -30 "$R/show_contended.txt" ;;
     bench) bench ;;
-    frontier)  # one step of batch-mode searches (issue 21), each resumed, or started with
-               # FRONTIER_ARGS; FRONTIER_RUN + FRONTIER_BATCH: one run; else FRONTIER_ROOT +
-               # FRONTIER_PROBLEMS: ROOT/<problem> with requests in ROOT/<problem>-batch
+    frontier)  # one step of batch-mode searches (issue 21), all in one `evokernel advance`
+               # (one evaluator per problem): FRONTIER_RUN + FRONTIER_BATCH: one run; else
+               # FRONTIER_ROOT + FRONTIER_PROBLEMS: ROOT/<name> with requests in ROOT/<name>-batch
               if [ -n "${FRONTIER_RUN:-}" ]; then pairs="$FRONTIER_RUN=${FRONTIER_BATCH:?}"
               else pairs=""; for p in ${FRONTIER_PROBLEMS:?}; do
                 pairs="$pairs ${FRONTIER_ROOT:?}/$p=$FRONTIER_ROOT/$p-batch"; done; fi
               packed=""
+              for pair in $pairs; do   # a new run without RUN.args: the folder's name + FRONTIER_ARGS
+                run=${pair%%=*}
+                if [ ! -f "$run/run.sqlite" ] && [ ! -f "$run.args" ]; then
+                  echo "$(basename "$run") ${FRONTIER_ARGS:?}" >"$run.args"; fi
+              done
+              # shellcheck disable=SC2086
+              timeout "$LIMIT" $EK advance $pairs 2>&1 | tee -a "$R/frontier.txt" \
+                | grep -v DEBUG | grep -E "^(run directory|best kernel|evokernel|LLM batch|gen )" | tail -60
               for pair in $pairs; do
                 run=${pair%%=*}; batch=${pair#*=}; name=$(basename "$run")
-                # a new run: RUN.args (one line: the problem and flags, e.g. an ablation arm's
-                # "softmax --strategy branching --seed 0 ...") when it exists, else the
-                # folder's name as the problem with FRONTIER_ARGS
-                if [ -f "$run/run.sqlite" ]; then set -- --resume "$run"
-                elif [ -f "$run.args" ]; then set -- $(head -1 "$run.args") --run-dir "$run"
-                else set -- "$name" ${FRONTIER_ARGS:?} --run-dir "$run"; fi
-                timeout "$LIMIT" $EK run "$@" --llm-batch "$batch" 2>&1 \
-                  | tee -a "$R/frontier-$name.txt" | grep -v DEBUG | tail -25
                 $EK show "$run" >"$R/show_frontier-$name.txt" 2>&1
-                tail -25 "$R/show_frontier-$name.txt"; packed="$packed $run $batch"
+                tail -12 "$R/show_frontier-$name.txt"; packed="$packed $run $batch"
+                [ -f "$run.args" ] && packed="$packed $run.args"
               done
               if [ -n "${OUT:-}" ]; then tar czf "$OUT/frontier.tgz" $packed; fi ;;
     dask-vs-local) timeout "$LIMIT" python3 scripts/dask_vs_local.py --out "$R/dask_vs_local" \

@@ -12,6 +12,7 @@
     evokernel suite PROBLEM...           check or search a problem set; fast_p table
     evokernel bench                      measure the evaluation engine itself
     evokernel llm import SRC RUN_DIR     the batch LLM mode's replies into a run
+    evokernel advance RUN=BATCH ...      resume several batch-mode runs, one evaluator a problem
     evokernel replay RUN_DIR             re-measure a recorded search's kernels on this GPU
 
 Exit status: 0 success (check: accepted; export: a kernel was written), 1 a kernel was
@@ -32,7 +33,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from evokernel.cli import check, options, problems, replay, rundir, run, suite
+from evokernel.cli import advance, check, options, problems, replay, rundir, run, suite
 from evokernel.errors import EvokernelError, NoGPUError
 
 Parsers = dict[str, argparse.ArgumentParser]
@@ -68,6 +69,7 @@ COMMANDS: list[Callable[[Any, Parsers], Parsers]] = [
     _one("problems", problems.add_parser), _bench,
     lambda sub, parsers: rundir.add_parsers(sub), _one("suite", suite.add_parser), _llm,
     _one("replay", replay.add_parser),
+    lambda sub, parsers: {"advance": advance.add_parser(sub, parsers["run"])},  # after _llm's
 ]
 
 

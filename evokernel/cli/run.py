@@ -2,6 +2,8 @@
 
     add_parser(sub)          the `run` subcommand and its flags
     cmd_run(args)            start (or --resume) a search; prints the best kernel at the end
+    prepare_run(args)        its checks and loading, apart (scripts/frontier_step.py)
+    report_result(r, batch)  its last lines and exit status
     run_with_progress(...)   one search with the progress display (also `suite --search`'s)
 """
 from __future__ import annotations
@@ -40,8 +42,32 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return r
 
 
+@dataclasses.dataclass(frozen=True)
+class PreparedRun:
+    """What `run` has checked and loaded before it searches: the problem, the run's config,
+    the resumed run's store meta (None for a new run), the batch LLM mode (None without
+    --llm-batch) and the evaluator standing in for the GPU (engine.deferred; None: the GPU's)."""
+
+    problem: Any
+    config: Any
+    meta: dict[str, Any] | None
+    llm_batch: Any
+    stand_in: Any
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Exit status 0 when a kernel passed the gate, 1 when none did."""
+    prep = prepare_run(args)
+    result = run_with_progress(prep.problem, prep.config, resume=bool(args.resume),
+                               verbose=args.verbose, llm_batch=prep.llm_batch,
+                               placement=options.placement(args), evaluator=prep.stand_in)
+    return report_result(result, prep.llm_batch)
+
+
+def prepare_run(args: argparse.Namespace) -> PreparedRun:
+    """Check `run`'s arguments and load what the search needs (see PreparedRun); prints the
+    strategy and no-model lines. Raises: EvokernelError (ConfigError, NoGPUError, a bad
+    problem or run folder) with one line."""
     from evokernel.config import RunConfig
     from evokernel.problem import load_problem
 
@@ -57,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config.search.strategy != "evokernel" and config.llm.model is None:
         raise ConfigError(f"--strategy {config.search.strategy} makes its children with the "
                           "LLM's idea mutation: give --model provider/name")
-    from evokernel.cli.llm import batch_mode, stop_message
+    from evokernel.cli.llm import batch_mode
     llm_batch = batch_mode(args, config.llm.model)
     stand_in = _deferred(args, llm_batch, meta)   # batch rounds that need no GPU (engine.deferred)
     if stand_in is None:
@@ -67,9 +93,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config.llm.model is None:
         print("evokernel: no --model given: searching with the LLM-free tune operator only "
               "(it varies the constants the seed kernel marks with `// tune:`)")
-    result = run_with_progress(problem, config, resume=bool(args.resume),
-                               verbose=args.verbose, llm_batch=llm_batch,
-                               placement=options.placement(args), evaluator=stand_in)
+    return PreparedRun(problem, config, meta, llm_batch, stand_in)
+
+
+def report_result(result: Any, llm_batch: Any) -> int:
+    """Print how a search ended (its RunResult) and return `run`'s exit status: 0 when a
+    kernel passed the gate or the batch mode waits for replies or a GPU, 1 when none passed."""
+    from evokernel.cli.llm import stop_message
     print(f"run directory: {result.run_dir}  ({result.stopped})")
     if result.stopped == "llm_batch":
         print(stop_message(result.run_dir, llm_batch))

@@ -1,0 +1,141 @@
+"""`evokernel advance RUN_DIR=BATCH_DIR ...`: one step of several batch-mode runs in one process,
+with one GPU evaluator per problem shared by that problem's runs.
+
+A batch-mode search (`run --llm-batch`) stops whenever it needs replies; each GPU step then
+resumes every run of a study. Resumed one `evokernel run` at a time, each run sets up its own
+evaluator: GPU workers, the problem's FP64 truth, the reference timings (about 15-25 s on the
+H200, 2026-12-02, results/h200-2026-12-02-s9/sandbox_ab.md), which for an ablation of 16 runs
+on two problems is most of a step. Here the runs of one problem and one evaluation config share
+one evaluator, so every run of the step is measured against the same baseline measurement, and
+the set-up is paid once per problem.
+
+Each RUN_DIR is resumed when it holds a run (run.sqlite); otherwise it is started from the first
+line of ``RUN_DIR.args`` beside it (the problem and `run` flags, e.g. ``softmax --strategy
+branching --seed 0 --model M``). Runs go one after another, each as `evokernel run` would: its
+progress and last lines, the same checks. A run that cannot start (a bad args file, a folder
+that is no run) is named on stderr and the others go on.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from evokernel.cli import options
+from evokernel.errors import EvokernelError
+
+
+def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add `advance` to the subparsers ``sub``; ``run_parser`` (with the batch mode's flags)
+    parses each run's own flags."""
+    a = sub.add_parser("advance", help="resume (or start) several batch-mode runs, one GPU "
+                       "evaluator per problem",
+                       description=__doc__.split("\n\n")[0])
+    a.add_argument("runs", nargs="+", metavar="RUN_DIR=BATCH_DIR",
+                   help="a run folder and its batch folder (--llm-batch)")
+    a.set_defaults(func=cmd_advance, run_parser=run_parser)
+    return a
+
+
+def run_argv(run_dir: Path, batch: Path) -> list[str]:
+    """The `run` arguments that resume ``run_dir``, or start it from ``RUN_DIR.args``.
+    Raises: EvokernelError naming the folder when it is neither."""
+    if (run_dir / "run.sqlite").is_file():
+        return ["--resume", str(run_dir), "--llm-batch", str(batch)]
+    args_file = run_dir.with_name(run_dir.name + ".args")
+    if not args_file.is_file():
+        raise EvokernelError(f"{run_dir}: no run there (no run.sqlite) and no {args_file} to "
+                             "start one from")
+    lines = [ln for ln in args_file.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if not lines:
+        raise EvokernelError(f"{args_file}: empty; expected one line: PROBLEM and run flags")
+    return [*shlex.split(lines[0]), "--run-dir", str(run_dir), "--llm-batch", str(batch)]
+
+
+def parse_specs(specs: list[str]) -> list[tuple[Path, Path]]:
+    """(run folder, batch folder) of each RUN_DIR=BATCH_DIR. Raises: EvokernelError for one
+    without '='."""
+    out = []
+    for spec in specs:
+        run_dir, sep, batch = spec.partition("=")
+        if not sep or not run_dir or not batch:
+            raise EvokernelError(f"{spec!r}: expected RUN_DIR=BATCH_DIR")
+        out.append((Path(run_dir), Path(batch)))
+    return out
+
+
+class Borrowed:
+    """A shared evaluator lent to one run: everything goes to it but ``close`` (the owner
+    closes it after the last run)."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def close(self) -> None:
+        pass
+
+
+def stored_compile_ms(run_dir: Any) -> float | None:
+    """A resumed run's torch.compile baseline (ms), None for a new run or none stored."""
+    from evokernel.runs.store import RunStore
+    if not (Path(run_dir) / "run.sqlite").is_file():
+        return None
+    store = RunStore(run_dir, read_only=True)
+    try:
+        return store.compile_baseline_ms()
+    finally:
+        store.close()
+
+
+def group_key(prep: Any) -> str:
+    """Runs with the same key may share an evaluator: the same problem source and inputs, the
+    same evaluation config, the same stored torch.compile baseline."""
+    return json.dumps([prep.problem.source, dataclasses.asdict(prep.config.evaluation),
+                       stored_compile_ms(prep.config.run_dir)], sort_keys=True, default=str)
+
+
+def cmd_advance(args: argparse.Namespace) -> int:
+    """Exit status: the worst of the runs' `run` statuses (0, 1), or 2 when a run could not
+    start (the others still ran)."""
+    from evokernel.cli.run import prepare_run, report_result, run_with_progress
+    from evokernel.engine.factory import make_evaluator
+    prepared, status = [], 0
+    for run_dir, batch in parse_specs(args.runs):
+        try:
+            rargs = args.run_parser.parse_args(run_argv(run_dir, batch))
+            rargs.verbose = args.verbose
+            prepared.append((rargs, prepare_run(rargs)))
+        except (EvokernelError, OSError, SystemExit) as e:   # argparse exits with 2
+            said = str(e).removeprefix("evokernel: ")
+            print(f"evokernel advance: {run_dir}: {said}", file=sys.stderr)
+            status = 2
+    shared: dict[str, Any] = {}
+    try:
+        for rargs, prep in prepared:
+            evaluator = prep.stand_in
+            if evaluator is None:        # the GPU's: one per group, made when first needed
+                key = group_key(prep)
+
+                def lend(key: str = key, prep: Any = prep, rargs: Any = rargs) -> Borrowed:
+                    if key not in shared:
+                        shared[key] = make_evaluator(
+                            prep.problem, prep.config.evaluation,
+                            compile_ms=stored_compile_ms(prep.config.run_dir),
+                            **(options.placement(rargs) or {}))
+                    return Borrowed(shared[key])
+                evaluator = lend
+            result = run_with_progress(prep.problem, prep.config, resume=bool(rargs.resume),
+                                       verbose=args.verbose, llm_batch=prep.llm_batch,
+                                       evaluator=evaluator)
+            status = max(status, report_result(result, prep.llm_batch))
+    finally:
+        for ev in shared.values():
+            ev.close()
+    return status

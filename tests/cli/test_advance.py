@@ -1,0 +1,84 @@
+"""`evokernel advance` on the CPU: several batch-mode runs resumed (or started from RUN.args) in
+one process, one evaluator per problem shared by its runs and closed once, a bad run named while
+the others go on. The GPU check and the CUDA evaluator are the demo's fakes (tests.cli.
+test_llm_cli.no_gpu_needed); the replies are the scripted LLM's."""
+import pytest
+
+from evokernel.cli import main as cli
+from evokernel.demo.fake_evaluator import FakeEvaluator
+from evokernel.demo.scripted_llm import scripted_reply
+from evokernel.llm.batch import write_replies
+from evokernel.runs.store import RunStore
+from tests.cli.test_llm_cli import no_gpu_needed  # noqa: F401  (a fixture)
+
+FLAGS = "--model openai/frontier-stand-in --no-compile-baseline --generations 1"
+
+
+@pytest.fixture
+def made(monkeypatch, no_gpu_needed):  # noqa: F811
+    """The evaluators the factory made, each recording whether it was closed."""
+    import evokernel.engine.factory as factory
+    out = []
+
+    class Recorded(FakeEvaluator):
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+            super().close()
+
+    def make(problem, config, **kw):
+        out.append(Recorded(problem))
+        out[-1].kw = kw
+        return out[-1]
+    monkeypatch.setattr(factory, "make_evaluator", make)
+    return out
+
+
+def test_runs_of_one_problem_share_one_evaluator_across_start_and_resume(tmp_path, made, capsys):
+    root = tmp_path / "study"
+    root.mkdir()
+    runs = {"softmax-best_of_n-s0": "softmax --strategy best_of_n --seed 0 --offspring 2",
+            "softmax-sequential-s1": "softmax --strategy sequential --seed 1",
+            "layernorm-branching-s0": "layernorm --strategy branching --population 2"}
+    for name, line in runs.items():
+        (root / f"{name}.args").write_text(f"{line} {FLAGS}\n")
+    specs = [f"{root / n}={root / n}-batch" for n in runs]
+    assert cli.main(["advance", *specs]) == 0                 # started: each waits for replies
+    out = capsys.readouterr().out
+    assert out.count("(llm_batch)") == 3
+    assert len(made) == 2 and all(ev.closed == 1 for ev in made)   # softmax's two runs: one
+    problems = sorted(ev.problem.name for ev in made)
+    assert problems == ["layernorm", "softmax"]
+    for name in runs:
+        write_replies(root / f"{name}-batch", scripted_reply,
+                      answered_by="evokernel.demo.scripted_llm", scripted=True)
+        assert cli.main(["llm", "import", str(root / f"{name}-batch"), str(root / name)]) == 0
+    capsys.readouterr()
+    assert cli.main(["advance", *specs]) in (0, 1)              # resumed, again shared
+    assert len(made) == 4 and all(ev.closed == 1 for ev in made)
+    for name, line in runs.items():
+        store = RunStore(root / name, read_only=True)
+        try:
+            assert store.config().search.strategy == (line.split("--strategy ")[1].split()[0]
+                                                      if "--strategy" in line else "evokernel")
+            assert store.generations()            # generation 0 was evaluated
+        finally:
+            store.close()
+
+
+def test_a_run_that_cannot_start_is_named_and_the_others_go_on(tmp_path, made, capsys):
+    (tmp_path / "good.args").write_text(f"softmax {FLAGS}\n")
+    (tmp_path / "empty.args").write_text("\n")
+    specs = [f"{tmp_path / 'missing'}={tmp_path / 'm-batch'}",
+             f"{tmp_path / 'empty'}={tmp_path / 'e-batch'}",
+             f"{tmp_path / 'bad'}",
+             f"{tmp_path / 'good'}={tmp_path / 'good-batch'}"]
+    assert cli.main(["advance", *specs]) == 2
+    captured = capsys.readouterr()
+    assert "expected RUN_DIR=BATCH_DIR" in captured.err                  # the malformed spec
+    assert cli.main(["advance", *specs[:2], specs[3]]) == 2
+    captured = capsys.readouterr()
+    assert f"{tmp_path / 'missing'}: no run there (no run.sqlite) and no " in captured.err
+    assert "empty.args: empty; expected one line" in captured.err
+    assert "(llm_batch)" in captured.out and (tmp_path / "good" / "run.sqlite").is_file()
