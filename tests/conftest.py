@@ -29,23 +29,46 @@ def _skip_gpu_tests_without_a_gpu(items):
 
 
 # ---- a ledger of test outcomes, so a GPU suite longer than one device call can resume ------
-# EVOKERNEL_TEST_LEDGER=FILE: each test's outcome is appended to FILE as it ends ("UTC time,
-# commit, node id, outcome, seconds"; commit from EVOKERNEL_TEST_COMMIT, else "unknown"), and
-# tests FILE records as passed at the same commit are deselected (a later call runs only the
-# rest). scripts/gpu_check.sh's gpu-tests stage sets both.
+# EVOKERNEL_TEST_LEDGER=FILE: each test phase's outcome is appended to FILE as it ends ("UTC
+# date-time, commit, node id, outcome, seconds"; commit from EVOKERNEL_TEST_COMMIT, else
+# "unknown"), and tests whose last recorded outcome at the same commit is a pass are deselected
+# (a later call runs only the rest; a call that passed and then failed in teardown is not a
+# pass). A ledger that cannot be read or written is reported once and ignored: every test runs.
+# scripts/gpu_check.sh's gpu-tests stage sets both.
+OUTCOMES = ("passed", "failed", "skipped")
+
 
 def _ledger():
     path = os.environ.get("EVOKERNEL_TEST_LEDGER")
     return (path, os.environ.get("EVOKERNEL_TEST_COMMIT") or "unknown") if path else (None, None)
 
 
+def _ledger_trouble(what, error):
+    import sys
+    print(f"\nEVOKERNEL_TEST_LEDGER: {what}: {error}; the ledger is ignored", file=sys.stderr)
+    os.environ.pop("EVOKERNEL_TEST_LEDGER", None)
+
+
 def _passed_before(path, commit):
+    """Node ids whose last row at ``commit`` says passed; rows not of the ledger's shape (5
+    fields, a known outcome, a time) are skipped."""
     try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
         return set()
-    rows = [ln.split(",") for ln in lines if ln.count(",") >= 4]
-    return {r[2] for r in rows if r[1] == commit and r[3] == "passed"}
+    except (OSError, UnicodeDecodeError) as e:
+        _ledger_trouble(f"cannot read {path}", e)
+        return set()
+    last = {}
+    for line in lines:
+        row = line.rsplit(",", 2)                  # node ids may hold commas: split from the right
+        head = row[0].split(",", 2) if len(row) == 3 else []
+        if len(head) != 3 or not head[0] or row[1] not in OUTCOMES:
+            continue
+        if head[1] == commit:
+            last[head[2]] = row[1]
+    return {node for node, outcome in last.items() if outcome == "passed"}
 
 
 def _deselect_passed_at_this_commit(config, items):
@@ -64,6 +87,9 @@ def pytest_runtest_logreport(report):
     if not path or not (report.when == "call" or report.outcome != "passed"):
         return
     import datetime
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"{when},{commit},{report.nodeid},{report.outcome},{report.duration:.1f}\n")
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{when},{commit},{report.nodeid},{report.outcome},{report.duration:.1f}\n")
+    except OSError as e:
+        _ledger_trouble(f"cannot write {path}", e)
