@@ -9,11 +9,12 @@ on two problems is most of a step. Here the runs of one problem and one evaluati
 one evaluator, so every run of the step is measured against the same baseline measurement, and
 the set-up is paid once per problem.
 
-Each RUN_DIR is resumed when it holds a run (run.sqlite); otherwise it is started from the first
-line of ``RUN_DIR.args`` beside it (the problem and `run` flags, e.g. ``softmax --strategy
-branching --seed 0 --model M``). Runs go one after another, each as `evokernel run` would: its
-progress and last lines, the same checks. A run that cannot start (a bad args file, a folder
-that is no run) is named on stderr and the others go on.
+Each RUN_DIR is resumed when it holds a run (run.sqlite); otherwise it is started from
+``RUN_DIR.args`` beside it: the problem and `run` flags, e.g. ``softmax --strategy branching
+--seed 0 --model M`` (shell quoting; lines starting with ``#`` are comments; the other lines are
+joined). Runs go one after another, each as `evokernel run` would: its progress and last lines,
+the same checks. A run that cannot start (a bad args file, a folder that is no run, the same
+run named twice) or that fails on its way is named on stderr and the others go on.
 """
 from __future__ import annotations
 
@@ -43,27 +44,46 @@ def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.Argume
 
 def run_argv(run_dir: Path, batch: Path) -> list[str]:
     """The `run` arguments that resume ``run_dir``, or start it from ``RUN_DIR.args``.
-    Raises: EvokernelError naming the folder when it is neither."""
+    Raises: EvokernelError naming the folder or file: neither a run nor an args file there, a
+    file where the run or batch folder goes, an args file that is empty, not UTF-8 text or not
+    valid shell quoting."""
+    for folder, what in ((run_dir, "run folder"), (batch, "batch folder")):
+        if folder.exists() and not folder.is_dir():
+            raise EvokernelError(f"{folder}: not a folder (the {what} goes there)")
     if (run_dir / "run.sqlite").is_file():
         return ["--resume", str(run_dir), "--llm-batch", str(batch)]
     args_file = run_dir.with_name(run_dir.name + ".args")
     if not args_file.is_file():
-        raise EvokernelError(f"{run_dir}: no run there (no run.sqlite) and no {args_file} to "
-                             "start one from")
-    lines = [ln for ln in args_file.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if not lines:
-        raise EvokernelError(f"{args_file}: empty; expected one line: PROBLEM and run flags")
-    return [*shlex.split(lines[0]), "--run-dir", str(run_dir), "--llm-batch", str(batch)]
+        raise EvokernelError(f"{run_dir}: no run there (no run.sqlite) and no args file "
+                             f"{args_file} to start one from")
+    try:
+        text = args_file.read_text(encoding="utf-8")
+        words = shlex.split(" ".join(ln for ln in text.splitlines()
+                                     if ln.strip() and not ln.lstrip().startswith("#")))
+    except UnicodeDecodeError:
+        raise EvokernelError(f"{args_file}: not UTF-8 text; expected PROBLEM and run "
+                             "flags") from None
+    except ValueError as e:                    # shlex: an unclosed quotation
+        raise EvokernelError(f"{args_file}: {e}; expected PROBLEM and run flags, "
+                             "shell-quoted") from None
+    if not words:
+        raise EvokernelError(f"{args_file}: empty; expected PROBLEM and run flags")
+    return [*words, "--run-dir", str(run_dir), "--llm-batch", str(batch)]
 
 
 def parse_specs(specs: list[str]) -> list[tuple[Path, Path]]:
     """(run folder, batch folder) of each RUN_DIR=BATCH_DIR. Raises: EvokernelError for one
-    without '='."""
-    out = []
+    without a single '=' between two paths, or a run folder named twice (also as another path
+    to the same folder)."""
+    out, seen = [], {}
     for spec in specs:
         run_dir, sep, batch = spec.partition("=")
-        if not sep or not run_dir or not batch:
+        if not sep or not run_dir or not batch or "=" in batch:
             raise EvokernelError(f"{spec!r}: expected RUN_DIR=BATCH_DIR")
+        key = Path(run_dir).resolve()
+        if key in seen:
+            raise EvokernelError(f"{run_dir}: named twice ({seen[key]!r} and {spec!r})")
+        seen[key] = spec
         out.append((Path(run_dir), Path(batch)))
     return out
 
@@ -109,16 +129,20 @@ def cmd_advance(args: argparse.Namespace) -> int:
     prepared, status = [], 0
     for run_dir, batch in parse_specs(args.runs):
         try:
-            rargs = args.run_parser.parse_args(run_argv(run_dir, batch))
+            argv = run_argv(run_dir, batch)
+            try:
+                rargs = args.run_parser.parse_args(argv)
+            except SystemExit:        # argparse has printed the usage and what was wrong
+                raise EvokernelError(f"{run_dir.with_name(run_dir.name + '.args')}: not "
+                                     "valid `evokernel run` arguments (above)") from None
             rargs.verbose = args.verbose
-            prepared.append((rargs, prepare_run(rargs)))
-        except (EvokernelError, OSError, SystemExit) as e:   # argparse exits with 2
-            said = str(e).removeprefix("evokernel: ")
-            print(f"evokernel advance: {run_dir}: {said}", file=sys.stderr)
+            prepared.append((run_dir, rargs, prepare_run(rargs)))
+        except (EvokernelError, OSError) as e:
+            say(run_dir, e)
             status = 2
     shared: dict[str, Any] = {}
     try:
-        for rargs, prep in prepared:
+        for run_dir, rargs, prep in prepared:
             evaluator = prep.stand_in
             if evaluator is None:        # the GPU's: one per group, made when first needed
                 key = group_key(prep)
@@ -131,11 +155,25 @@ def cmd_advance(args: argparse.Namespace) -> int:
                             **(options.placement(rargs) or {}))
                     return Borrowed(shared[key])
                 evaluator = lend
-            result = run_with_progress(prep.problem, prep.config, resume=bool(rargs.resume),
-                                       verbose=args.verbose, llm_batch=prep.llm_batch,
-                                       evaluator=evaluator)
+            try:
+                result = run_with_progress(prep.problem, prep.config,
+                                           resume=bool(rargs.resume), verbose=args.verbose,
+                                           llm_batch=prep.llm_batch, evaluator=evaluator)
+            except (EvokernelError, OSError) as e:      # this run only; the others go on
+                say(run_dir, e)
+                status = 2
+                continue
             status = max(status, report_result(result, prep.llm_batch))
     finally:
         for ev in shared.values():
             ev.close()
     return status
+
+
+def say(run_dir: Path, error: BaseException) -> None:
+    """One run's failure on stderr, naming the run once."""
+    said = str(error).removeprefix("evokernel: ")
+    if isinstance(error, OSError) and error.filename and str(error.filename) not in said:
+        said = f"{error.filename}: {error.strerror or said}"
+    print(f"evokernel advance: {said if str(run_dir) in said else f'{run_dir}: {said}'}",
+          file=sys.stderr)

@@ -79,6 +79,57 @@ def test_a_run_that_cannot_start_is_named_and_the_others_go_on(tmp_path, made, c
     assert "expected RUN_DIR=BATCH_DIR" in captured.err                  # the malformed spec
     assert cli.main(["advance", *specs[:2], specs[3]]) == 2
     captured = capsys.readouterr()
-    assert f"{tmp_path / 'missing'}: no run there (no run.sqlite) and no " in captured.err
-    assert "empty.args: empty; expected one line" in captured.err
+    assert f"{tmp_path / 'missing'}: no run there (no run.sqlite) and no args file " in captured.err
+    assert "empty.args: empty; expected PROBLEM and run flags" in captured.err
     assert "(llm_batch)" in captured.out and (tmp_path / "good" / "run.sqlite").is_file()
+
+
+def test_bad_args_files_and_folders_are_named_before_any_run_and_the_good_one_runs(
+        tmp_path, made, capsys):
+    (tmp_path / "quote.args").write_text(f"softmax 'unclosed {FLAGS}\n")
+    (tmp_path / "bin.args").write_bytes(b"softmax \xff\xfe\n")
+    (tmp_path / "flag.args").write_text(f"softmax --strategy foo {FLAGS}\n")
+    (tmp_path / "afile").write_text("not a folder")
+    (tmp_path / "afile.args").write_text(f"softmax {FLAGS}\n")
+    (tmp_path / "good.args").write_text(f"# the arm\nsoftmax --strategy sequential\n{FLAGS}\n")
+    specs = [f"{tmp_path / n}={tmp_path / n}-batch"
+             for n in ("quote", "bin", "flag", "afile", "good")]
+    assert cli.main(["advance", *specs]) == 2
+    err = capsys.readouterr()
+    assert f"{tmp_path / 'quote.args'}: No closing quotation" in err.err
+    assert f"{tmp_path / 'bin.args'}: not UTF-8 text" in err.err
+    assert f"{tmp_path / 'flag.args'}: not valid `evokernel run` arguments" in err.err
+    assert f"{tmp_path / 'afile'}: not a folder (the run folder goes there)" in err.err
+    assert "(llm_batch)" in err.out and len(made) == 1           # comments and lines joined
+    store = RunStore(tmp_path / "good", read_only=True)
+    assert store.config().search.strategy == "sequential"
+    store.close()
+    assert not (tmp_path / "quote").exists() and not (tmp_path / "flag").exists()
+
+
+def test_a_run_named_twice_is_refused_before_anything_runs(tmp_path, made, capsys):
+    (tmp_path / "d2.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", f"{tmp_path / 'd2'}={tmp_path / 'b'}",
+                     f"{tmp_path}/./d2={tmp_path / 'b'}"]) == 2
+    assert "named twice" in capsys.readouterr().err
+    assert not (tmp_path / "d2").exists() and not made
+
+
+def test_a_run_that_fails_on_its_way_leaves_the_others_going(tmp_path, made, capsys,
+                                                             monkeypatch):
+    import evokernel.cli.run as run_cli
+    from evokernel.errors import EvokernelError
+    real = run_cli.run_with_progress
+
+    def fail_first(problem, config, **kw):
+        if config.run_dir.endswith("first"):
+            raise EvokernelError(f"{config.run_dir}: the disk is full (planted)")
+        return real(problem, config, **kw)
+    monkeypatch.setattr(run_cli, "run_with_progress", fail_first)
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b"
+                                  for n in ("first", "second"))]) == 2
+    out = capsys.readouterr()
+    assert out.err.count("first") == 1 and "the disk is full (planted)" in out.err
+    assert "(llm_batch)" in out.out and (tmp_path / "second" / "run.sqlite").is_file()
