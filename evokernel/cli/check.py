@@ -105,8 +105,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     extra = [f for f, on in (("--sanitize", args.sanitize), ("--robustness", args.robustness))
              if on]
     if extra and args.build_only:
-        raise EvokernelError(f"{' '.join(extra)} run the kernel on a GPU, which --build-only "
-                             "does not use")
+        raise EvokernelError(f"{' and '.join(extra)} {'runs' if len(extra) == 1 else 'run'} "
+                             "the kernel on a GPU, which --build-only does not use")
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise EvokernelError(f"--json {args.json}: its folder does not exist")
     config = options.eval_config(args)           # bad flags are named before the GPU check

@@ -43,7 +43,7 @@ def test_check_sanitize_without_a_gpu(capsys):
 
 def test_flags_refused_with_build_only(capsys):
     assert main(["check", str(PROBLEM), str(KERNEL), "--build-only", "--robustness"]) == 2
-    assert "--robustness run the kernel on a GPU, which --build-only does not use" in \
+    assert "--robustness runs the kernel on a GPU, which --build-only does not use" in \
         capsys.readouterr().err
 
 
