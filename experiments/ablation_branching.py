@@ -39,7 +39,12 @@ instead, then make the report from the folders without running anything (``--rep
         --budget-tokens 2000000 --model M
 
 (--budget-tokens is --max-tokens, --max-generations --generations, --k and --m --ideas and
---implementations; --no-repair is --repair-attempts 0). The budget is checked between
+--implementations; --no-repair is --repair-attempts 0). With --report-only every label of the
+report (problem, LLM and whether its replies were scripted, evaluator and whether it was the fake
+one, token budget, each arm's settings) is what the runs stored; the problem and those flags,
+where given, are checked against them, and runs that disagree with each other or with them are
+refused (one line, exit status 2, nothing written); a run not finished (e.g. waiting for replies)
+is marked NOT FINISHED. The budget is checked between
 generations, so an arm can overshoot by the calls of its last generation. With --mock or
 --mock-server every reply reports the same token counts (litellm's mock: 30; the fake server:
 150), so the budget then counts calls; with --evaluator fake the speedups are not measurements,
@@ -48,6 +53,7 @@ and scripted replies are not a model's ideas: the report says so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -67,21 +73,40 @@ from evokernel.search.strategies import preset
 ARMS = STRATEGIES
 
 
+#: The search-shape flags: flag (argparse dest) -> SearchConfig field, and their defaults (put
+#: in only where the script runs the arms; with --report-only a flag given is checked against the
+#: runs).
+SHAPE_FLAGS = {"k": "ideas_per_call", "m": "implementations_per_idea",
+               "population": "population_size", "offspring": "offspring_per_generation",
+               "max_generations": "generations"}
+SHAPE_DEFAULTS = {"k": 3, "m": 2, "population": 4, "offspring": 4, "max_generations": 50}
+#: How a run that stands where it does is finished: its budget reached, or all its generations.
+FINISHED = ("budget", "completed")
+NOT_FINISHED = {"llm_batch": "waits for LLM replies (batch mode)",
+                "needs_gpu": "waits for a GPU step (batch mode)",
+                "incomplete": "stopped before its budget and its last generation"}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("problem", nargs="?", default="softmax",
-                    help="built-in name or KernelBench-format file (default: softmax)")
-    ap.add_argument("--budget-tokens", type=int, required=True,
-                    help="LLM token budget of each arm (prompt + completion tokens)")
-    ap.add_argument("--k", type=int, default=3, help="branching, evokernel: ideas per call")
-    ap.add_argument("--m", type=int, default=2,
-                    help="branching, evokernel: implementations per idea")
-    ap.add_argument("--population", type=int, default=4,
-                    help="branching: kernels kept as next seeds; evokernel: population size")
-    ap.add_argument("--offspring", type=int, default=4,
-                    help="best_of_n: samples per generation; evokernel: calls per generation")
-    ap.add_argument("--max-generations", type=int, default=50,
-                    help="stop an arm here if its budget has not stopped it")
+    ap.add_argument("problem", nargs="?", default=None,
+                    help="built-in name or KernelBench-format file (default: softmax; with "
+                         "--report-only: the runs' own, checked when given)")
+    ap.add_argument("--budget-tokens", type=int, default=None,
+                    help="LLM token budget of each arm (prompt + completion tokens); with "
+                         "--report-only optional: the runs' own, checked when given")
+    ap.add_argument("--k", type=int, default=None,
+                    help="branching, evokernel: ideas per call (default 3)")
+    ap.add_argument("--m", type=int, default=None,
+                    help="branching, evokernel: implementations per idea (default 2)")
+    ap.add_argument("--population", type=int, default=None,
+                    help="branching: kernels kept as next seeds; evokernel: population size "
+                         "(default 4)")
+    ap.add_argument("--offspring", type=int, default=None,
+                    help="best_of_n: samples per generation; evokernel: calls per generation "
+                         "(default 4)")
+    ap.add_argument("--max-generations", type=int, default=None,
+                    help="stop an arm here if its budget has not stopped it (default 50)")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated search seeds")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"which arms (default: all of "
                     f"{', '.join(ARMS)})")
@@ -92,18 +117,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: the report of the runs already in --run-root (made by "
                          "this script, or by `evokernel run --strategy ARM --run-dir "
-                         "RUN_ROOT/ARM-sSEED`, e.g. in the batch LLM mode); no GPU needed")
+                         "RUN_ROOT/ARM-sSEED`, e.g. in the batch LLM mode); no GPU needed. "
+                         "Its labels (problem, LLM, evaluator, budget, the arms' settings) are "
+                         "the runs' own; flags given are checked against them")
     common.add_llm_and_evaluator_args(ap)
+    ap.set_defaults(evaluator=None)              # given or not: --report-only checks a given one
     args = ap.parse_args(argv)
     if args.report_only and not args.run_root:
         ap.error("--report-only reports on the runs of --run-root: give it")
     if not (args.mock or args.mock_server or args.model or args.report_only):
         ap.error("the ablation compares LLM search strategies: give --model, --mock or "
                  "--mock-server")
+    if args.budget_tokens is None and not args.report_only:
+        ap.error("--budget-tokens is required: the LLM token budget of each arm")
+    if args.budget_tokens is not None and args.budget_tokens < 1:
+        ap.error(f"--budget-tokens must be a positive number of tokens, got {args.budget_tokens}")
+    for flag, value in [(f, getattr(args, f)) for f in SHAPE_FLAGS]:
+        if value is not None and value < (0 if flag == "max_generations" else 1):
+            ap.error(f"--{flag.replace('_', '-')} must be >= "
+                     f"{0 if flag == 'max_generations' else 1}, got {value}")
+    try:
+        seeds = seed_list(args)
+    except ValueError:
+        ap.error(f"--seeds: comma-separated whole numbers (e.g. 0,1,2), got {args.seeds!r}")
+    if not seeds:
+        ap.error("--seeds: give at least one seed (e.g. 0,1,2)")
     unknown = sorted(set(arm_list(args)) - set(ARMS))
     if unknown:
         ap.error(f"--arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS)})")
+    if not arm_list(args):
+        ap.error(f"--arms: give at least one of {', '.join(ARMS)}")
+    if not args.report_only:                     # the script runs the arms: the defaults
+        args.problem = args.problem or "softmax"
+        args.evaluator = args.evaluator or "cuda"
+        for flag, default in SHAPE_DEFAULTS.items():
+            if getattr(args, flag) is None:
+                setattr(args, flag, default)
     return args
+
+
+def seed_list(args: argparse.Namespace) -> list[int]:
+    """--seeds as integers. Raises: ValueError for a seed that is not a whole number."""
+    return [int(s) for s in args.seeds.split(",") if s.strip()]
 
 
 def arm_list(args: argparse.Namespace) -> list[str]:
@@ -134,12 +189,6 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int, run_dir: Path) -> dic
         print(f"  {arm} seed {seed} gen {g.generation}: best {g.best_speedup:.3f}x  "
               f"tokens {g.tokens}", flush=True)
 
-    if args.report_only:
-        row = summarize(arm, seed, run_dir, progress, stored_stop(run_dir))
-        if row["strategy"] != arm:
-            raise EvokernelError(f"{run_dir}: a run of search.strategy {row['strategy']!r}, "
-                                 f"not {arm!r}: start it with --strategy {arm}")
-        return row
     resume = common.resuming(run_dir)
     problem = load_problem(args.problem)
     evo = Evolution(problem, config, llm=common.llm_client(args, llm, run_dir),
@@ -148,14 +197,45 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int, run_dir: Path) -> dic
     return summarize(arm, seed, run_dir, progress, stopped)
 
 
+def read_runs(args: argparse.Namespace, root: Path, seeds: list[int]) -> list[dict[str, Any]]:
+    """--report-only: the rows of the runs ROOT/ARM-sSEED, read without changing anything.
+    Raises: EvokernelError (one line) for a --run-root that is no folder, a folder of --arms x
+    --seeds without a run (naming the runs there), or a run of another strategy than its arm."""
+    if not root.is_dir():
+        raise EvokernelError(f"--run-root {root}: no such folder (--report-only reads the runs "
+                             "in it and creates nothing)")
+    arms = arm_list(args)
+    missing = [f"{arm}-s{seed}" for seed in seeds for arm in arms
+               if not common.resuming(root / f"{arm}-s{seed}")]
+    if missing:
+        found = sorted(p.name for p in root.iterdir() if p.is_dir() and common.resuming(p))
+        raise EvokernelError(
+            f"{root}: no run in {', '.join(missing)} (--report-only reads RUN_ROOT/ARM-sSEED for "
+            f"every arm of --arms ({','.join(arms)}) and seed of --seeds "
+            f"({','.join(map(str, seeds))})); runs there: {', '.join(found) or 'none'}: give "
+            "--arms and --seeds to match them")
+    rows = []
+    for seed in seeds:
+        for arm in arms:
+            run_dir = root / f"{arm}-s{seed}"
+            progress = root / f"{run_dir.name}.progress.jsonl"
+            row = summarize(arm, seed, run_dir, progress, stored_stop(run_dir))
+            if row["strategy"] != arm:
+                raise EvokernelError(f"{run_dir}: a run of search.strategy {row['strategy']!r}, "
+                                     f"not {arm!r}: start it with --strategy {arm}")
+            rows.append(row)
+    return rows
+
+
 def stored_stop(run_dir: Path) -> str:
-    """Why a run that --report-only finds stands where it does: "llm_batch" (requests wait for
-    replies), "budget" (its LLM token budget is reached), "completed" (all its generations), else
-    "incomplete". Raises: EvokernelError naming a folder that is not a run."""
+    """Why a run that --report-only finds stands where it does: "llm_batch" (requests written
+    out or handed to a batch API wait for replies), "budget" (its LLM token budget is reached),
+    "completed" (all its generations), else "incomplete". Raises: EvokernelError naming a
+    folder that is not a run."""
     store = RunStore(run_dir, read_only=True)
     try:
         cfg, usage, gens = store.config(), store.llm_usage(), store.generations()
-        pending = store.llm_requests("pending")
+        pending = store.llm_requests("pending") + store.llm_requests("submitted")
     finally:
         store.close()
     budget = cfg.llm.max_total_tokens
@@ -193,6 +273,7 @@ def summarize(arm: str, seed: int, run_dir: Path, progress: Path,
     try:
         cands, results, usage = store.candidates(), store.results(), store.llm_usage()
         gens, logbook, cfg = store.generations(), store.logbook(), store.config()
+        meta = store.meta()
     finally:
         store.close()
     # tokens spent by each generation's end: the run's Logbook (a run made by `evokernel run`
@@ -210,8 +291,19 @@ def summarize(arm: str, seed: int, run_dir: Path, progress: Path,
                                              if cid in results), default=0.0),
                         "tokens": tokens_at.get(g["generation"]), "candidates": len(mine)})
     ideas = {c.idea.strip() for c in cands.values() if c.operator == "idea" and c.idea}
+    problem = meta.get("problem")
+    device = meta.get("device") if isinstance(meta.get("device"), dict) else {}
     return {"arm": arm, "seed": seed, "run_dir": str(run_dir), "stopped": stopped,
-            "strategy": cfg.search.strategy, "model": cfg.llm.model,
+            "finished": stopped in FINISHED,
+            # what the run stored of how it was made: the report's labels come from these
+            "problem": problem.get("name") if isinstance(problem, dict) and problem.get("name")
+            else Path(str(cfg.problem)).stem,
+            "device": device.get("device"),
+            "strategy": cfg.search.strategy, "model": model_label(cfg.llm),
+            "budget_tokens": cfg.llm.max_total_tokens, "search": dataclasses.asdict(cfg.search),
+            "scripted": int(usage.get("scripted") or 0),
+            "scripted_by": list(usage.get("scripted_by") or []),
+            "answered_by": list(usage.get("answered_by") or []),
             "generations": gens[-1]["generation"] if gens else 0,
             "best_speedup": max((r.speedup for r in results.values()), default=0.0),
             "tokens": int(usage["prompt_tokens"] + usage["completion_tokens"]),
@@ -222,15 +314,125 @@ def summarize(arm: str, seed: int, run_dir: Path, progress: Path,
             "best_so_far": best_so_far([p for p in per_gen if p["tokens"] is not None])}
 
 
-def caveat(args: argparse.Namespace) -> str:
-    """What the numbers are not, for the report's and the plot's titles ("" with a real model
-    and the GPU evaluator)."""
+def model_label(llm: Any) -> str:
+    """The model of a stored LLMConfig ("none" without one); with several, each and its
+    weight."""
+    models = getattr(llm, "models", ()) or ()
+    if len(models) > 1:
+        return " + ".join(f"{m} (weight {w})" for m, w in models)
+    return str(llm.model) if llm.model else "none"
+
+
+def is_fake(device: str | None) -> bool:
+    """Whether a stored device name is the fake evaluator's (evokernel/demo/fake_evaluator.py)."""
+    return "fake evaluator" in str(device or "")
+
+
+def agree(what: str, values: Sequence[tuple[str, Any]]) -> Any:
+    """The one value that every run of ``values`` ((run name, value)) has; None for none.
+    Raises: EvokernelError naming each value and its runs when they disagree."""
+    by_value: dict[Any, list[str]] = {}
+    for name, value in values:
+        by_value.setdefault(value, []).append(name)
+    if len(by_value) > 1:
+        raise EvokernelError(
+            f"the runs disagree on {what}: " + "; ".join(
+                f"{v if v is not None else 'none'} ({', '.join(names)})"
+                for v, names in by_value.items())
+            + ": one report compares runs made alike; give --arms/--seeds to leave some out")
+    return next(iter(by_value), None)
+
+
+def run_name(row: dict[str, Any]) -> str:
+    return f"{row['arm']}-s{row['seed']}"
+
+
+def stored_labels(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The report's labels, from what the runs stored: problem, LLM (and whether a stand-in
+    wrote the replies), evaluator (and whether it is the fake one), token budget, each arm's
+    search settings, and the caveat ("" with a model and the GPU evaluator). Flags given with
+    --report-only (problem, --model, --mock, --mock-server, --evaluator, --budget-tokens, the
+    search-shape flags, --no-repair) are checked against the runs.
+    Raises: EvokernelError (one line) when the runs disagree with each other or the flags."""
+    named = [(run_name(r), r) for r in rows]
+    problem = agree("the problem", [(n, r["problem"]) for n, r in named])
+    if args.problem is not None:
+        given = load_problem(args.problem).name
+        if given != problem:
+            raise EvokernelError(f"the runs are of problem {problem!r}, not {args.problem!r}: "
+                                 f"give {problem} (or no problem) with --report-only")
+    model = agree("the LLM model (llm.model)", [(n, r["model"]) for n, r in named])
+    talked = [(n, r) for n, r in named if r["llm_calls"]]
+    scripted = agree("whether a stand-in wrote the LLM replies (scripted)",
+                     [(n, bool(r["scripted"])) for n, r in talked])
+    device = agree("the evaluator (the device their kernels were judged on)",
+                   [(n, r["device"]) for n, r in named if r["device"]])
+    budget = agree("the token budget (llm.max_total_tokens)",
+                   [(n, r["budget_tokens"]) for n, r in named])
+    settings = {}
+    for arm in [a for a in ARMS if any(r["arm"] == a for r in rows)]:
+        shapes = [(n, {k: v for k, v in r["search"].items() if k != "seed"})
+                  for n, r in named if r["arm"] == arm]
+        differ = [k for k in shapes[0][1] if any(sh[k] != shapes[0][1][k] for _, sh in shapes)]
+        agree(f"{arm}'s search settings (config.json's search)",
+              [(n, ", ".join(f"{k}={sh[k]!r}" for k in differ)) for n, sh in shapes])
+        settings[arm] = shapes[0][1]
+    if args.report_only:
+        check_flags(args, named, model=model, scripted=scripted, device=device, budget=budget)
+    labels = {}
+    by = sorted({w for r in rows for w in r["scripted_by"]})
+    answered = sorted({w for r in rows for w in r["answered_by"]})
+    about = ([f"replies imported, answered by {', '.join(answered)}"] if answered else []) \
+        + ([f"scripted replies: {'; '.join(by) or 'a stand-in'}"] if scripted else [])
+    llm = model + (f" ({'; '.join(about)})" if about else "")
+    if device is None:
+        evaluator = None
+    else:
+        evaluator = "fake" if is_fake(device) else "cuda"
     notes = []
-    if args.mock or args.mock_server:
+    if scripted:
         notes.append("scripted LLM replies, not a model's ideas")
-    if args.evaluator == "fake":
+    if is_fake(device):
         notes.append("fake evaluator: speedups are NOT measurements")
-    return "; ".join(notes)
+    labels.update(problem=problem, llm=llm, model=model, scripted=bool(scripted),
+                  evaluator=evaluator, device=device, budget_tokens=budget, settings=settings,
+                  caveat="; ".join(notes),
+                  seeds=sorted({r["seed"] for r in rows}),
+                  not_finished=[run_name(r) for r in rows if not r["finished"]])
+    return labels
+
+
+def check_flags(args: argparse.Namespace, named: list[tuple[str, dict[str, Any]]], *,
+                model: str, scripted: bool | None, device: str | None,
+                budget: int | None) -> None:
+    """--report-only: the flags given that say how the runs were made must be what the runs
+    stored. Raises: EvokernelError naming the first that is not."""
+    def refuse(what: str) -> None:
+        raise EvokernelError(f"{what}: the report's labels are the runs' own; drop the flag or "
+                             "give the runs' value")
+    if args.model and model != args.model:
+        refuse(f"--model {args.model}: the runs' model (llm.model) is {model}")
+    if (args.mock or args.mock_server) and scripted is False:
+        refuse(f"--{'mock' if args.mock else 'mock-server'}: the runs' replies are a model's "
+               f"({model}), not scripted")
+    if args.evaluator and device and ("fake" if is_fake(device) else "cuda") != args.evaluator:
+        refuse(f"--evaluator {args.evaluator}: the runs were evaluated by {device}")
+    if args.budget_tokens is not None and budget != args.budget_tokens:
+        refuse(f"--budget-tokens {args.budget_tokens}: the runs' budget (llm.max_total_tokens) "
+               f"is {budget if budget is not None else 'none'}")
+    given = {SHAPE_FLAGS[f]: getattr(args, f) for f in SHAPE_FLAGS
+             if getattr(args, f) is not None}
+    flags = {v: f"--{k.replace('_', '-')}" for k, v in SHAPE_FLAGS.items()}
+    if args.no_repair:
+        given["repair_attempts"], flags["repair_attempts"] = 0, "--no-repair"
+    for name, row in named:
+        stored = SearchConfig(**row["search"])
+        wanted = preset(row["arm"], dataclasses.replace(stored, **given))
+        wrong = [f"{flags.get(k, k)} asks {k}={getattr(wanted, k)!r}, the run has "
+                 f"{getattr(stored, k)!r}" for k in given
+                 if getattr(wanted, k) != getattr(stored, k)]
+        if wrong:
+            refuse(f"{name}: {'; '.join(wrong)}")
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
@@ -261,31 +463,52 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     return path
 
 
-def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, llm: str) -> str:
-    note = caveat(args)
-    lines = [f"# One token budget, four ways, on {args.problem}", "",
-             f"LLM: {llm}; evaluator: {args.evaluator}" + (f" ({note})" if note else "")
-             + f"; token budget per arm: {args.budget_tokens}; seeds {args.seeds}; repair "
-               f"{'off' if args.no_repair else 'on'}.", "",
-             f"- best_of_n: {args.offspring} samples (1 idea x 1 implementation) of the seed per "
-             "generation; sequential: 1 idea x 1 implementation of the best so far per "
-             f"generation; branching: {args.population} kept x k={args.k} ideas x m={args.m} "
-             f"implementations; evokernel: population {args.population}, {args.offspring} calls "
-             f"per generation, k={args.k}, m={args.m}.", "",
-             "| arm | seed | best speedup | tokens | LLM requests (replayed) | "
-             "candidates (accepted) | distinct ideas | generations |",
-             "|---|---|---|---|---|---|---|---|"]
+def arm_line(arm: str, sc: dict[str, Any]) -> str:
+    """What one arm does per generation, from its stored search settings."""
+    p, o = sc["population_size"], sc["offspring_per_generation"]
+    k, m = sc["ideas_per_call"], sc["implementations_per_idea"]
+    what = {"best_of_n": f"{o} samples ({k} idea x {m} implementation) of the seed per generation",
+            "sequential": f"{k} idea x {m} implementation of the best so far per generation",
+            "branching": f"{p} kept x k={k} ideas x m={m} implementations",
+            "evokernel": f"population {p}, {o} calls per generation, k={k}, m={m}"}[arm]
+    return (f"{arm}: {what}; at most {sc['generations']} generations, repair "
+            f"{'off' if not sc['repair_attempts'] else sc['repair_attempts']}")
+
+
+def markdown(rows: list[dict[str, Any]], labels: dict[str, Any]) -> str:
+    """The report; every label in it is from ``labels`` (stored_labels: what the runs stored)."""
+    note = labels["caveat"]
+    evaluator = {"fake": "fake", "cuda": f"cuda ({labels['device']})",
+                 None: "none yet (no kernel evaluated)"}[labels["evaluator"]]
+    budget = labels["budget_tokens"]
+    lines = [f"# One token budget, four ways, on {labels['problem']}", "",
+             f"LLM: {labels['llm']}; evaluator: {evaluator}" + (f" ({note})" if note else "")
+             + f"; token budget per arm: {budget if budget is not None else 'none'}; seeds "
+               f"{','.join(map(str, labels['seeds']))}.", ""]
+    lines += [f"- {arm_line(arm, sc)}" for arm, sc in labels["settings"].items()]
+    if labels["not_finished"]:
+        which = "; ".join(f"{run_name(r)} ({r['stopped']}: "
+                          f"{NOT_FINISHED.get(r['stopped'], 'not finished')})"
+                          for r in rows if not r["finished"])
+        lines += ["", f"NOT FINISHED: {which}: their numbers are those so far, not at the end "
+                  "of the budget, and the means below include them (marked *)."]
+    lines += ["", "| arm | seed | best speedup | tokens | LLM requests (replayed) | "
+              "candidates (accepted) | distinct ideas | generations |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['arm']} | {r['seed']} | {r['best_speedup']:.3f}x | {r['tokens']} | "
                      f"{r['llm_requests']} ({r['llm_calls'] - r['llm_requests']}) | "
                      f"{r['candidates']} ({r['accepted']}) | "
-                     f"{r['distinct_ideas']} | {r['generations']} ({r['stopped']}) |")
+                     f"{r['distinct_ideas']} | {r['generations']} ({r['stopped']}"
+                     f"{'' if r['finished'] else ': NOT FINISHED'}) |")
     lines += ["", "| arm | mean best speedup | min-max | mean tokens | mean distinct ideas |",
               "|---|---|---|---|---|"]
     for arm in [a for a in ARMS if any(r["arm"] == a for r in rows)]:
         mine = [r for r in rows if r["arm"] == arm]
         best = [r["best_speedup"] for r in mine]
-        lines.append(f"| {arm} | {statistics.mean(best):.3f}x | {min(best):.3f}-"
+        open_ = sum(not r["finished"] for r in mine)
+        name = f"{arm} *({open_} of {len(mine)} not finished)" if open_ else arm
+        lines.append(f"| {name} | {statistics.mean(best):.3f}x | {min(best):.3f}-"
                      f"{max(best):.3f}x | {statistics.mean(r['tokens'] for r in mine):.0f} | "
                      f"{statistics.mean(r['distinct_ideas'] for r in mine):.1f} |")
     lines += ["", "Best speedup after each generation (tokens spent by then):", ""]
@@ -293,39 +516,46 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, llm: str) -> 
         steps = ", ".join(f"{p['generation']}: {p['best_speedup']:.3f}x"
                           + (f" ({p['tokens']})" if p["tokens"] is not None else "")
                           for p in r["per_generation"])
-        lines.append(f"- {r['arm']} seed {r['seed']}: {steps}")
+        lines.append(f"- {r['arm']} seed {r['seed']}"
+                     f"{'' if r['finished'] else ' (NOT FINISHED: ' + r['stopped'] + ')'}: "
+                     f"{steps}")
     lines += ["", "![best so far against tokens](ablation.png)"]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every arm for every seed (with --report-only, read them); returns what
-    ablation.json holds."""
+    ablation.json holds. With --report-only nothing is written unless the runs agree with each
+    other and with the flags given (stored_labels)."""
     args = parse_args(argv)
     common.configure_logging(args.verbose)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    if not args.report_only:
+    seeds = seed_list(args)
+    if args.report_only:
+        root = Path(args.run_root)
+        rows = read_runs(args, root, seeds)
+    else:
         common.require_gpu(args)                 # before any folder is made
-    root = Path(args.run_root or f"runs/ablation-{time.strftime('%Y%m%d-%H%M%S')}")
-    root.mkdir(parents=True, exist_ok=True)
-    llm = common.llm_label(args)
-    if args.report_only and not (args.mock or args.mock_server or args.model):
-        llm = None                               # the runs' own model, once they are read
-    print(f"ablation on {args.problem}: LLM {llm or 'as each run stored it'}, evaluator "
-          f"{args.evaluator}, budget {args.budget_tokens} tokens per arm, runs in {root}",
-          flush=True)
-    with common.llm_server(args):
-        rows = [run_arm(args, arm, seed, root / f"{arm}-s{seed}")
-                for seed in seeds for arm in arm_list(args)]
-    llm = llm or ", ".join(sorted({str(r["model"]) for r in rows}))
-    report = markdown(rows, args, llm)
-    title = f"{args.problem}: best so far against tokens ({llm})"
-    if caveat(args):
-        title += f"\n{caveat(args)}"
+        load_problem(args.problem)               # a bad problem: nothing created either
+        root = Path(args.run_root or f"runs/ablation-{time.strftime('%Y%m%d-%H%M%S')}")
+        root.mkdir(parents=True, exist_ok=True)
+        print(f"ablation on {args.problem}: LLM {common.llm_label(args)}, evaluator "
+              f"{args.evaluator}, budget {args.budget_tokens} tokens per arm, runs in {root}",
+              flush=True)
+        with common.llm_server(args):
+            rows = [run_arm(args, arm, seed, root / f"{arm}-s{seed}")
+                    for seed in seeds for arm in arm_list(args)]
+    labels = stored_labels(rows, args)           # raises before anything is written
+    report = markdown(rows, labels)
+    title = f"{labels['problem']}: best so far against tokens ({labels['llm']})"
+    if labels["caveat"]:
+        title += f"\n{labels['caveat']}"
+    if labels["not_finished"]:
+        title += f"\nnot finished: {', '.join(labels['not_finished'])}"
     plot(rows, root / "ablation.png", title)
-    data = {"problem": args.problem, "llm": llm, "evaluator": args.evaluator,
-            "caveat": caveat(args), "budget_tokens": args.budget_tokens, "args": vars(args),
-            "arms": rows}
+    data = {**{k: labels[k] for k in ("problem", "llm", "model", "scripted", "evaluator",
+                                      "device", "caveat", "budget_tokens", "settings",
+                                      "not_finished")},
+            "args": vars(args), "arms": rows}
     (root / "ablation.md").write_text(report)
     (root / "ablation.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     print(report, flush=True)

@@ -129,3 +129,39 @@ def test_an_ablation_run_goes_on_through_evokernel_run_resume(tmp_path, no_gpu_n
         (tmp_path / "best_of_n-s0").symlink_to(run_dir)
         ablation.main(flags[:-6] + ["--arms", "best_of_n", "--seeds", "0", "--run-root",
                                     str(tmp_path), "--report-only"])
+
+
+def test_ablation_report_only_marks_a_run_that_waits_for_replies(
+        tmp_path, no_gpu_needed, capsys, monkeypatch):  # noqa: F811
+    """Arms started with `evokernel run --strategy ARM --llm-batch` (not the script's default
+    shape, nor its flags): --report-only takes the budget and each arm's settings from the runs,
+    and marks a run that still waits for replies in the table, the means and the text."""
+    common = load_experiment("common")
+    ablation = load_experiment("ablation_branching")
+    monkeypatch.setattr(common, "configure_logging", lambda verbose: None)
+    for arm in ("sequential", "branching"):
+        assert cli.main(RUN + ["--strategy", arm, "--seed", "0", "--generations", "2",
+                               "--population", "2", "--ideas", "2", "--implementations", "1",
+                               "--max-tokens", "100000", "--run-dir", str(tmp_path / f"{arm}-s0"),
+                               "--llm-batch", str(tmp_path / f"{arm}-s0-batch")]) == 0
+    answer_until_done(tmp_path / "sequential-s0", tmp_path / "sequential-s0-batch", capsys)
+    run_dir, folder = tmp_path / "branching-s0", tmp_path / "branching-s0-batch"
+    write_replies(folder, scripted_reply, answered_by="evokernel.demo.scripted_llm",
+                  scripted=True)                       # one round answered, the next waits
+    assert cli.main(["llm", "import", str(folder), str(run_dir)]) == 0
+    assert cli.main(["run", "--resume", str(run_dir), "--llm-batch", str(folder)]) in (0, 1)
+    assert "(llm_batch)" in capsys.readouterr().out
+    data = ablation.main(["--report-only", "--run-root", str(tmp_path), "--arms",
+                          "sequential,branching", "--seeds", "0"])
+    rows = {r["arm"]: r for r in data["arms"]}
+    assert (rows["sequential"]["stopped"], rows["branching"]["stopped"]) == \
+        ("completed", "llm_batch")
+    assert data["not_finished"] == ["branching-s0"] and data["budget_tokens"] == 100000
+    md = (tmp_path / "ablation.md").read_text()
+    assert "token budget per arm: 100000;" in md and "evaluator: fake" in md
+    assert "openai/frontier-stand-in" in md and "not a model's ideas" in md
+    assert "- branching: 2 kept x k=2 ideas x m=1 implementations; at most 2 generations" in md
+    assert "NOT FINISHED: branching-s0 (llm_batch: waits for LLM replies" in md
+    assert "(llm_batch: NOT FINISHED) |" in md and "| branching *(1 of 1 not finished) |" in md
+    assert "- branching seed 0 (NOT FINISHED: llm_batch):" in md
+    assert "| sequential | 0 |" in md and "| sequential |" in md.split("mean best speedup")[1]

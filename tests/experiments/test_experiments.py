@@ -130,6 +130,151 @@ def test_ablation_curves_are_running_maxima_and_their_mean_a_step_function():
     assert ablation_branching.mean_curve([], [0]) == []
 
 
+# --report-only: every label comes from what the runs stored; runs that disagree with each other
+# or with the flags given are refused (one line, exit status 2, nothing written).
+REPORT_ARMS = ["--arms", "sequential,branching", "--seeds", "0,1"]
+
+
+@pytest.fixture(scope="module")
+def ablation_runs(tmp_path_factory):
+    """Two arms x two seeds made with the scripted LLM and the fake evaluator, in the shape of
+    non-default flags (k=2, m=1, population 2, 2 generations, budget 5000)."""
+    root = tmp_path_factory.mktemp("ablation")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(common, "configure_logging", lambda verbose: None)
+        ablation_branching.main(["softmax", *FAKE, "--budget-tokens", "5000", "--k", "2",
+                                 "--m", "1", "--population", "2", "--offspring", "2",
+                                 "--max-generations", "2", *REPORT_ARMS, "--run-root", str(root)])
+    return root
+
+
+def copy_runs(src, dst):
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+def report_only(root, *flags, capsys=None):
+    """The script's exit status (common.run_script) and its stderr."""
+    argv = [*flags, "--report-only", "--run-root", str(root)]
+    if capsys is not None:
+        capsys.readouterr()
+    status = common.run_script("ablation_branching", lambda: ablation_branching.main(argv))
+    return status, capsys.readouterr().err.strip() if capsys is not None else ""
+
+
+def test_report_only_of_scripted_fake_runs_says_so(ablation_runs, tmp_path, capsys):
+    """A1: runs of --mock --evaluator fake, reported without those flags: the report is the one
+    the runs were made with (evaluator fake, scripted replies, the caveat), not `cuda`."""
+    root = copy_runs(ablation_runs, tmp_path / "r")
+    made = (root / "ablation.md").read_text()
+    (root / "ablation.md").unlink()
+    assert report_only(root, *REPORT_ARMS, capsys=capsys) == (0, "")
+    md = (root / "ablation.md").read_text()
+    assert md == made
+    assert "evaluator: fake (" in md and "evaluator: cuda" not in md
+    assert "NOT measurements" in md and "not a model's ideas" in md
+    assert "openai/scripted-mock (scripted replies: litellm mock_response" in md
+    data = json.loads((root / "ablation.json").read_text())
+    assert data["evaluator"] == "fake" and data["scripted"] is True
+    assert "fake evaluator: speedups are NOT measurements" in data["caveat"]
+    assert "scripted LLM replies" in data["caveat"] and data["budget_tokens"] == 5000
+    # the flags that say the same are accepted
+    assert report_only(root, "softmax", *FAKE, "--budget-tokens", "5000", "--k", "2", "--m", "1",
+                       "--population", "2", "--max-generations", "2", *REPORT_ARMS,
+                       capsys=capsys) == (0, "")
+
+
+def test_report_only_labels_are_the_runs_settings_and_budget(ablation_runs, tmp_path, capsys):
+    """A3/A4: the header gives the runs' stored search settings and llm.max_total_tokens, not
+    the script's defaults (k=3, m=2, population 4, 50 generations) or its --budget-tokens."""
+    root = copy_runs(ablation_runs, tmp_path / "r")
+    assert report_only(root, *REPORT_ARMS, capsys=capsys)[0] == 0
+    md = (root / "ablation.md").read_text()
+    assert "token budget per arm: 5000;" in md
+    assert "- sequential: 1 idea x 1 implementation of the best so far per generation; at most 2 " \
+           "generations, repair 1" in md
+    assert "- branching: 2 kept x k=2 ideas x m=1 implementations; at most 2 generations" in md
+    assert "k=3" not in md and "4 kept" not in md and "NOT FINISHED" not in md
+    data = json.loads((root / "ablation.json").read_text())
+    assert data["settings"]["branching"]["ideas_per_call"] == 2
+    assert data["not_finished"] == [] and all(r["finished"] for r in data["arms"])
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["layernorm"], ["'softmax'", "'layernorm'"]),                                    # A2
+    (["--evaluator", "cuda"], ["--evaluator cuda", "fake evaluator"]),
+    (["--model", "openai/gpt-5"], ["--model openai/gpt-5", "openai/scripted-mock"]),
+    (["--budget-tokens", "60000"], ["--budget-tokens 60000", "is 5000"]),
+    (["--k", "3"], ["--k asks ideas_per_call=3, the run has 2"]),
+    (["--max-generations", "50"], ["--max-generations asks generations=50"]),
+    (["--no-repair"], ["--no-repair asks repair_attempts=0"]),
+])
+def test_report_only_refuses_flags_that_disagree_with_the_runs(ablation_runs, tmp_path, capsys,
+                                                               flags, words):
+    root = copy_runs(ablation_runs, tmp_path / "r")
+    before = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+    status, err = report_only(root, *flags, *REPORT_ARMS, capsys=capsys)
+    assert status == 2 and len(err.splitlines()) == 1 and err.startswith("ablation_branching: ")
+    assert all(w in err for w in words), err
+    assert {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c["search"].update(ideas_per_call=1), "branching's search settings"),
+    (lambda c: c["llm"].update(max_total_tokens=9000), "the token budget"),
+    (lambda c: c["llm"].update(model="openai/gpt-5"), "the LLM model"),
+    (lambda c: c.update(problem="layernorm"), None),
+])
+def test_report_only_refuses_runs_that_disagree_with_each_other(ablation_runs, tmp_path, capsys,
+                                                                edit, words):
+    """A3/A4: one report compares runs made alike: a seed whose stored config differs from the
+    other's is refused, naming what differs; nothing is written."""
+    root = copy_runs(ablation_runs, tmp_path / "r")
+    path = root / "branching-s1" / "config.json"
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config))
+    if words is None:        # the problem: the stored meta names it too
+        store = RunStore(root / "branching-s1")
+        store.set_meta("problem", {"name": "layernorm", "path": "problems/layernorm.py"})
+        store.close()
+        words = "the problem: softmax (sequential-s0, branching-s0, sequential-s1); layernorm"
+    before = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+    status, err = report_only(root, *REPORT_ARMS, capsys=capsys)
+    assert status == 2 and len(err.splitlines()) == 1 and "the runs disagree on" in err, err
+    assert words in err and "branching-s1" in err
+    assert {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()} == before
+
+
+def test_report_only_bad_input_is_one_line_and_creates_nothing(ablation_runs, tmp_path, capsys):
+    """A5: the default --seeds 0,1,2 (and --arms all) name folders that are not there: the error
+    names them, the runs that are, and --seeds/--arms; a mistyped --run-root is not created;
+    --seeds a,b and --budget-tokens 0 are usage errors naming the flag."""
+    root = copy_runs(ablation_runs, tmp_path / "r")
+    (root / "ablation.md").unlink()
+    (root / "ablation.json").unlink()
+    status, err = report_only(root, capsys=capsys)
+    assert status == 2 and len(err.splitlines()) == 1
+    assert "no run in best_of_n-s0" in err and "sequential-s2" in err
+    assert "runs there: branching-s0, branching-s1, sequential-s0, sequential-s1" in err
+    assert "--seeds" in err and "--arms" in err
+    assert not (root / "ablation.md").exists() and not (root / "ablation.json").exists()
+    typo = tmp_path / "no-such-root"
+    status, err = report_only(typo, *REPORT_ARMS, capsys=capsys)
+    assert status == 2 and "no such folder" in err and not typo.exists()
+    for argv, words in [
+            (["--report-only", "--run-root", str(root), "--seeds", "a,b"], "--seeds"),
+            (["softmax", *FAKE, "--budget-tokens", "0", "--run-root", str(typo)],
+             "--budget-tokens must be a positive number"),
+            (["softmax", *FAKE, "--run-root", str(typo)], "--budget-tokens is required")]:
+        with pytest.raises(SystemExit) as e:
+            ablation_branching.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err and "max_total_tokens" not in err
+        assert not typo.exists()
+
+
 def test_headline_through_the_fake_server_and_litellms_http_path(tmp_path):
     argv = ["--mock-server", "--evaluator", "fake", "--problems", "layernorm", "--generations",
             "2", "--population", "2", "--offspring", "2", "--ideas", "2",
