@@ -18,6 +18,9 @@ from typing import Any
 #: the reason), then the reply as it came. The evaluators reject it as ``no_code`` with that
 #: reason as the detail.
 NO_CODE_NOTE = "# evokernel no code: "
+#: Ends the ``detail`` of a batch-mode request whose imported reply its operator cannot use (an
+#: ideas reply with no readable ideas; evokernel.llm.batch_import): a failed call, though stored.
+UNUSABLE_REPLY = "(imported; unusable)"
 
 
 def source_id(source: str) -> str:

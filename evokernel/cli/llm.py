@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from evokernel.errors import ConfigError
 
@@ -55,7 +55,17 @@ def batch_mode(args: argparse.Namespace, model: str | None) -> Any:
         raise ConfigError(f"--llm-batch-poll-s must be > 0, got {args.llm_batch_poll_s}")
     from evokernel.llm.batch_mode import BatchMode
     return BatchMode(folder=Path(args.llm_batch) if args.llm_batch else None,
-                     submit=args.llm_batch_submit, poll_s=args.llm_batch_poll_s)
+                     submit=args.llm_batch_submit, poll_s=args.llm_batch_poll_s,
+                     checks=reply_checks())
+
+
+def reply_checks() -> dict[str, Callable[[str], str | None]]:
+    """What an import checks of a reply, by its request's purpose (evokernel.llm.batch_import):
+    an ideas reply must hold an idea that the idea mutation's own parser reads. A reply that
+    fails is imported all the same (verbatim), and named."""
+    from evokernel.operators.parsing import parse_ideas
+    return {"ideas": lambda text: None if parse_ideas(text, 1) else
+            "a reply to an ideas request with no readable ideas"}
 
 
 def stop_message(run_dir: Path, mode: Any) -> str:
@@ -116,7 +126,7 @@ def add_llm_command(sub: Any) -> None:
 def cmd_llm_import(args: argparse.Namespace) -> int:
     from evokernel.llm.batch_import import import_replies
     report = import_replies(args.source, args.run_dir, answered_by=args.answered_by,
-                            scripted=args.scripted)
+                            scripted=args.scripted, checks=reply_checks())
     print(report.text())
     return 1 if report.problems else 0
 

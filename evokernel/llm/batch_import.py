@@ -14,9 +14,14 @@ Every problem is named (file and line, or file) and costs only that reply: nothi
 the cache is overwritten, and a request whose reply is missing or unusable stays pending, so
 ``evokernel run --resume`` writes it out again. The problems: a line that is not JSON (a
 truncated file), a line without a custom_id, an unknown custom_id (no request of this run), the
-same custom_id twice with different replies (neither is imported), a reply that conflicts with
-one already imported, a non-200 status or an error object, an empty or non-UTF-8 reply file.
-A reply without code is stored verbatim (the evaluator names it ``no_code``).
+same custom_id twice with different replies (neither is imported; each failed line is named
+with its own reason), a reply that conflicts with one already imported, a non-200 status or an
+error object, an empty reply (a line whose message content is empty, whitespace or null, or an
+empty reply file), a non-UTF-8 reply file. A reply without code is stored verbatim (the
+evaluator names it ``no_code``). ``checks`` (by request purpose; the command line passes
+evokernel.cli.llm.reply_checks: an ideas reply must hold an idea the idea mutation's parser
+reads) name a reply its operator cannot use: it is stored verbatim too, named in the notes, and
+its request's detail ends with UNUSABLE_REPLY (``show`` counts it as a failed call).
 
 Tokens: a Batch API reply's own usage, priced at litellm's batch price; a reply file carries no
 usage, so its tokens are counted (evokernel.llm.tokens) and its cost is unknown (0.0).
@@ -26,11 +31,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from evokernel.errors import ConfigError
 from evokernel.llm.batch import MANIFEST
 from evokernel.llm.cache import STAND_IN, LLMReply, ReplyCache
+from evokernel.records import UNUSABLE_REPLY
+
+#: Per request purpose, why a reply is of no use to its operator (None: usable).
+ReplyChecks = Mapping[str, Callable[[str], "str | None"]]
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ class ImportReport:
                          "imported (unchanged)")
         if self.problems:
             lines.append(f"{_n(len(self.problems), 'problem', 'problems')} (nothing in the cache "
-                         "was overwritten; those requests stay pending):")
+                         "was overwritten; a request without an imported reply stays pending):")
             lines += [f"  {p}" for p in self.problems]
         if self.notes:
             lines.append("notes:")
@@ -85,6 +94,8 @@ class ImportReport:
                      f"{self.batch_folder or 'DIR'} "
                      + ("(writes the pending requests out again)" if self.pending
                         else "(goes on from the cache)"))
+        if self.batch_folder is None:
+            lines.append("  (DIR: the batch folder the run's requests were written to)")
         return "\n".join(lines)
 
 
@@ -101,9 +112,18 @@ def _completion_text(body: Any) -> str | None:
     if not isinstance(message, dict):
         return None
     content = message.get("content")
-    if content is None:          # a refusal, or no text: kept as what it is
+    if content is None or content == []:    # a refusal, or no text: kept as what it is
         content = message.get("refusal") or ""
     return content if isinstance(content, str) else json.dumps(content)
+
+
+def _empty_reply(body: dict[str, Any], cut: bool) -> str:
+    """Why a status-200 line with no reply text is refused (an empty reply file is, too)."""
+    content = body["choices"][0]["message"].get("content")
+    kind = "null" if content is None else "whitespace only" if content else "empty"
+    return (f"empty reply (the message's content is {kind}"
+            + ("; finish_reason \"length\": max_tokens ran out before any text" if cut else "")
+            + "; not imported)")
 
 
 def _batch_line(obj: Any, where: str) -> Reply | str:
@@ -131,6 +151,8 @@ def _batch_line(obj: Any, where: str) -> Reply | str:
     fingerprint = str(body.get("system_fingerprint") or "")
     choice = body["choices"][0] if isinstance(body.get("choices"), list) else {}
     cut = isinstance(choice, dict) and choice.get("finish_reason") == "length"
+    if not text.strip():
+        return Reply(cid, where, error=_empty_reply(body, cut))
     return Reply(cid, where, text=text, truncated=cut,
                  usage={k: int(usage.get(k) or 0) for k in ("prompt_tokens",
                                                             "completion_tokens")}
@@ -211,9 +233,11 @@ class _Importer:
     store: Any
     cache: ReplyCache
     from_files: bool
+    checks: ReplyChecks = field(default_factory=dict)
     imported: list[str] = field(default_factory=list)
     already: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    unusable: list[str] = field(default_factory=list)   # "where: why", stored all the same
     counted: int = 0
 
     def apply(self, replies: list[Reply]) -> None:
@@ -226,23 +250,24 @@ class _Importer:
                 self.problems += [f"{r.where}: custom_id {cid}: unknown (no request of this "
                                   "run has that id)" for r in group]
                 continue
-            texts = {r.text for r in group if r.text is not None}
-            if len(group) > 1 and len(texts) > 1:
-                self.problems.append(f"custom_id {cid}: {len(group)} different replies ("
-                                     f"{', '.join(r.where for r in group)}); none imported")
-                continue
             ok = [r for r in group if r.text is not None]
-            if len(group) > 1:
-                self.problems.append(f"custom_id {cid}: {len(group)} lines ("
-                                     f"{', '.join(r.where for r in group)}); "
-                                     + ("the same reply, imported once" if ok else "all failed"))
+            failed = [r for r in group if r.text is None]
+            # each failed line with its own reason; a real reply on another line still counts
+            self.problems += [f"{r.where}: custom_id {cid}: {r.error}" for r in failed]
+            texts = {r.text for r in ok}
+            if len(texts) > 1:
+                self.problems.append(f"custom_id {cid}: {len(ok)} different replies ("
+                                     f"{', '.join(r.where for r in ok)}); none imported")
+                continue
+            if len(ok) > 1:
+                self.problems.append(f"custom_id {cid}: {len(ok)} lines ("
+                                     f"{', '.join(r.where for r in ok)}); the same reply, "
+                                     "imported once")
             if ok:
                 self._put(ok[0], requests[cid])
-                continue
-            for r in group:
-                self.problems.append(f"{r.where}: custom_id {cid}: {r.error}")
-            if self.cache.get(cid) is None:
-                self.store.set_llm_request(cid, "failed", detail=group[-1].error)
+            elif self.cache.get(cid) is None:
+                self.store.set_llm_request(cid, "failed", detail=f"{failed[-1].where}: "
+                                                                 f"{failed[-1].error}")
 
     def _put(self, reply: Reply, request: dict[str, Any]) -> None:
         cid, text = reply.custom_id, reply.text or ""
@@ -270,12 +295,17 @@ class _Importer:
                                      usage_source=source, scripted=reply.scripted,
                                      origin="batch", answered_by=reply.answered_by),
                        unbilled=True)
-        self.store.set_llm_request(cid, "answered", detail=reply.where)
+        check = self.checks.get(request["purpose"])
+        why = check(text) if check is not None else None
+        self.store.set_llm_request(cid, "answered", detail=reply.where if why is None
+                                   else f"{reply.where}: {why} {UNUSABLE_REPLY}")
         self.imported.append(cid)
+        if why is not None:
+            self.unusable.append(f"{reply.where}: {why}")
 
 
 def import_into(store: Any, cache: ReplyCache, source: Path, *, answered_by: str | None = None,
-                scripted: str | None = None) -> ImportReport:
+                scripted: str | None = None, checks: ReplyChecks | None = None) -> ImportReport:
     """``import_replies`` into an open RunStore and ReplyCache (``--llm-batch-submit`` uses it
     with the run's own). Raises: ConfigError when ``source`` is missing or unreadable."""
     source = Path(source)
@@ -292,10 +322,12 @@ def import_into(store: Any, cache: ReplyCache, source: Path, *, answered_by: str
             replies = [Reply(r.custom_id, r.where, r.text, r.error, r.usage,
                              answered_by or r.answered_by, scripted or r.scripted, r.truncated)
                        for r in replies]
-    importer = _Importer(store, cache, from_files, problems=problems)
+    importer = _Importer(store, cache, from_files, dict(checks or {}), problems=problems)
     importer.apply(replies)
     notes = [f"{r.where}: cut at the request's max_tokens (finish_reason \"length\"); "
-             "imported as written" for r in replies if r.truncated]
+             "imported as written" for r in replies if r.truncated and r.text is not None]
+    notes += [f"{x}; imported as written, and its call gives the generation nothing (a "
+              "failed call)" for x in importer.unusable]
     if from_files and not replies and not problems:
         notes.append(f"{folder}: no reply files (<custom_id>.txt) to import")
     cached = cache.keys()
@@ -303,16 +335,29 @@ def import_into(store: Any, cache: ReplyCache, source: Path, *, answered_by: str
     pending = tuple(f"{r['key']} ({r['purpose']}, generation {r['generation']}"
                     + (f"; {r['detail']}" if r["status"] == "failed" else "") + ")"
                     for r in rows if r["key"] not in cached)
-    latest = max(rows, key=lambda r: r["exported_s"] or 0.0, default=None)
+    given = (folder.parent if folder.name == "replies" else folder) if from_files else None
     return ImportReport(source=source, run_dir=store.run_dir, imported=tuple(importer.imported),
                         already=tuple(importer.already), problems=tuple(importer.problems),
                         pending=pending, counted=importer.counted, notes=tuple(notes),
-                        batch_folder=(folder.parent if from_files and folder.name == "replies"
-                                      else Path(latest["export"]).parent if latest else None))
+                        batch_folder=_batch_folder(rows, given))
+
+
+def _batch_folder(rows: list[dict[str, Any]], given: Path | None) -> Path | None:
+    """The batch folder to resume with: the folder given, when it holds this run's request
+    files (the run's batch folder, or a copy of it); else the folder the run's latest export
+    was written to, when it is there; else None (the advice then names DIR)."""
+    if given is not None and any((given / "requests" / f"{r['key']}.json").is_file()
+                                 for r in rows):
+        return given
+    latest = max(rows, key=lambda r: r["exported_s"] or 0.0, default=None)
+    if latest is not None and latest["export"] and Path(latest["export"]).parent.is_dir():
+        return Path(latest["export"]).parent
+    return None
 
 
 def import_replies(source: str | Path, run_dir: str | Path, *, answered_by: str | None = None,
-                   scripted: str | None = None) -> ImportReport:
+                   scripted: str | None = None,
+                   checks: ReplyChecks | None = None) -> ImportReport:
     """Import the replies in ``source`` (a Batch API output file, or a folder of reply files;
     see the module docstring) into ``run_dir``'s reply cache (``llm_cache.sqlite``).
 
@@ -321,6 +366,8 @@ def import_replies(source: str | Path, run_dir: str | Path, *, answered_by: str 
             ``model``, or the folder's manifest).
         scripted: label the replies as written by this stand-in, not a model (default: the
             fake server's fingerprint, or the manifest's ``"scripted": true``).
+        checks: per request purpose, why a reply is of no use to its operator, or None
+            (evokernel.cli.llm.reply_checks); such a reply is imported and named in the notes.
     Returns: the ImportReport (problems are reported there, not raised).
     Raises:
         ConfigError: ``run_dir`` is not a run directory, or ``source`` is missing or unreadable.
@@ -329,6 +376,6 @@ def import_replies(source: str | Path, run_dir: str | Path, *, answered_by: str 
     store = RunStore(run_dir)
     try:
         return import_into(store, ReplyCache(Path(run_dir) / "llm_cache.sqlite"), Path(source),
-                           answered_by=answered_by, scripted=scripted)
+                           answered_by=answered_by, scripted=scripted, checks=checks)
     finally:
         store.close()

@@ -25,6 +25,7 @@ class BatchMode:
         poll_s: seconds between polls of a submitted batch.
         max_attempts: times a request is submitted before its batch error is final (the client
             then raises LLMError for it, and the operator skips it as for a failed live call).
+        checks: what the import of submitted replies checks (batch_import.import_into's).
     Raises:
         ValueError: poll_s <= 0 or max_attempts < 1.
     """
@@ -34,6 +35,7 @@ class BatchMode:
     poll_s: float = 30.0
     max_attempts: int = 3
     queue: BatchQueue = field(default_factory=BatchQueue)
+    checks: Any = None
     on_export: Callable[[Export], None] | None = None
 
     def __post_init__(self) -> None:
@@ -79,7 +81,7 @@ class BatchMode:
                 raise LLMPending(f"generation {generation}: {len(requests)} LLM request(s) "
                                  f"written to {export.path}; import the replies, then resume")
             batch_id = submit_export(export, store, llm)
-        wait_and_import(batch_id, store, llm, folder, poll_s=self.poll_s)
+        wait_and_import(batch_id, store, llm, folder, poll_s=self.poll_s, checks=self.checks)
         keys = {r.custom_id for r in requests}
         for row in store.llm_requests("failed"):
             if row["key"] in keys and row["attempts"] >= self.max_attempts:

@@ -75,9 +75,10 @@ def submit_export(export: Export, store: Any, llm: Any) -> str:
 
 
 def wait_and_import(batch_id: str, store: Any, llm: Any, folder: Any, *,
-                    poll_s: float) -> None:
+                    poll_s: float, checks: Any = None) -> None:
     """Poll batch ``batch_id`` until it ends, download its output and error files into
-    ``folder`` and import them. A request the batch did not answer is marked failed.
+    ``folder`` and import them (``checks``: batch_import.import_into's). A request the batch did
+    not answer is marked failed.
 
     Raises: LLMError when the batch cannot be retrieved or downloaded."""
     from evokernel.llm.batch_import import import_into
@@ -103,9 +104,11 @@ def wait_and_import(batch_id: str, store: Any, llm: Any, folder: Any, *,
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{batch_id}-{name.split('_')[0]}.jsonl"
             path.write_bytes(content.content)
-            report = import_into(store, llm.cache, path)
+            report = import_into(store, llm.cache, path, checks=checks)
             for problem in report.problems:
                 logger.warning("LLM batch {}: {}", batch_id, problem)
+            for note in report.notes:
+                logger.warning("LLM batch {}: {}", batch_id, note)
     except LLMError:
         raise
     except Exception as e:

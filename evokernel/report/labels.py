@@ -58,15 +58,19 @@ def scripted_note(usage: dict[str, Any]) -> str | None:
 
 def batch_line(usage: dict[str, Any], run_dir: Any) -> str | None:
     """The batch mode's state ("4 of 12 requests wait for replies: evokernel llm pending
-    RUN_DIR"); None for a run that never used it."""
+    RUN_DIR"), with the imported replies their operator cannot use (an ideas reply with no
+    readable ideas) counted as failed calls; None for a run that never used it."""
     total = usage.get("batch_requests") or 0
     if not total:
         return None
     waiting = usage.get("batch_waiting") or 0
+    unusable = usage.get("batch_unusable") or 0
+    failed = (f"; {unusable} failed: imported, but nothing its operator can use (e.g. an ideas "
+              "reply with no readable ideas)" if unusable else "")
     if not waiting:
-        return f"{total} requests written out, every reply imported"
+        return f"{total} requests written out, every reply imported{failed}"
     return (f"{waiting} of {total} requests written out wait for replies (evokernel llm "
-            f"pending {run_dir})")
+            f"pending {run_dir}){failed}")
 
 
 def answered_by_line(usage: dict[str, Any]) -> str | None:

@@ -36,7 +36,7 @@ from typing import Any
 from evokernel.config import RunConfig
 from evokernel.errors import ConfigError
 from evokernel.problem import Problem
-from evokernel.records import Candidate, EvalResult
+from evokernel.records import UNUSABLE_REPLY, Candidate, EvalResult
 from evokernel.runs.schema import CORE_TABLES, SCHEMA, check_file, check_store, is_wal_file
 
 #: The states of a batch-mode request (``llm_requests.status``): written out and waiting,
@@ -328,14 +328,16 @@ class RunStore:
         "batch": calls}); ``scripted`` (how many calls a stand-in answered, replays included)
         and ``scripted_by`` (their labels); ``answered_by`` (who answered imported replies);
         ``batch_requests`` and ``batch_waiting``: the batch mode's requests, and those without
-        an imported reply yet."""
+        an imported reply yet; ``batch_unusable``: imported replies their operator cannot use."""
         total: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
                                  "reasoning_tokens": 0, "cost_usd": 0.0, "cached": 0,
                                  "usage_sources": {}, "origins": {}, "scripted": 0,
                                  "scripted_by": [], "answered_by": []}
-        states = [s for (s,) in self._rows("SELECT status FROM llm_requests")]
+        states = self._rows("SELECT status, detail FROM llm_requests")
         total["batch_requests"] = len(states)
-        total["batch_waiting"] = sum(s != "answered" for s in states)
+        total["batch_waiting"] = sum(s != "answered" for s, _ in states)
+        total["batch_unusable"] = sum(s == "answered" and str(d).endswith(UNUSABLE_REPLY)
+                                      for s, d in states)
         for c in self.llm_calls():
             total["calls"] += 1
             total["cached"] += int(bool(c.get("cached")))

@@ -137,3 +137,51 @@ def test_the_stop_message_names_this_invocations_folder_not_the_stored_path(tmp_
     db.close()
     text = stop_message(run_dir, BatchMode(folder=tmp_path / "here"))
     assert str(tmp_path / "here" / "run-g001-r01.jsonl") in text and "old/place" not in text
+
+
+def test_an_empty_reply_line_is_refused_and_the_real_reply_imported_later_is_used(
+        tmp_path, no_gpu_needed, capsys):
+    run_dir, folder = tmp_path / "run", tmp_path / "batch"
+    assert cli.main(RUN + ["--run-dir", str(run_dir), "--llm-batch", str(folder)]) == 0
+    capsys.readouterr()
+    keys = sorted(p.stem for p in (folder / "requests").glob("*.json"))
+    results = tmp_path / "results.jsonl"
+    for content in ('""', "null"):
+        results.write_text("".join(
+            f'{{"custom_id": "{k}", "response": {{"status_code": 200, "body": {{"choices": '
+            f'[{{"message": {{"content": {content}}}, "finish_reason": "stop"}}]}}}}}}\n'
+            for k in keys))
+        assert cli.main(["llm", "import", str(results), str(run_dir)]) == 1
+        out = capsys.readouterr().out
+        assert f"imported 0 replies from {results}" in out
+        assert f"{results}:1: custom_id {keys[0]}: empty reply" in out
+        assert f"still pending, no reply yet ({len(keys)})" in out
+        assert cli.main(["llm", "pending", str(run_dir)]) == 1
+        assert f"{len(keys)} of {len(keys)} batch requests wait" in capsys.readouterr().out
+    write_replies(folder, scripted_reply, answered_by="script", scripted=True)
+    assert cli.main(["llm", "import", str(folder), str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"imported {len(keys)} repl" in out and "imported before" not in out
+    assert cli.main(["run", "--resume", str(run_dir), "--llm-batch", str(folder)]) == 0
+    assert "(llm_batch)" in capsys.readouterr().out     # the ideas' implementations wait
+    store = RunStore(run_dir, read_only=True)
+    assert {r["purpose"] for r in store.llm_requests("pending")} == {"implement"}
+    store.close()
+
+
+def test_an_ideas_reply_without_ideas_is_imported_named_and_shown_as_failed(
+        tmp_path, no_gpu_needed, capsys):
+    run_dir, folder = tmp_path / "run", tmp_path / "batch"
+    assert cli.main(RUN + ["--run-dir", str(run_dir), "--llm-batch", str(folder)]) == 0
+    capsys.readouterr()
+    keys = sorted(p.stem for p in (folder / "requests").glob("*.json"))
+    reply = folder / "replies" / f"{keys[0]}.txt"
+    reply.write_text("lorem ipsum, no ideas today\n")
+    assert cli.main(["llm", "import", str(folder), str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"imported 1 reply from {folder}" in out
+    assert f"{reply}: a reply to an ideas request with no readable ideas; imported as " \
+           "written" in out
+    assert cli.main(["show", str(run_dir)]) == 0
+    assert "1 failed: imported, but nothing its operator can use" in \
+        " ".join(capsys.readouterr().out.split())

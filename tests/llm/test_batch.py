@@ -2,6 +2,7 @@
 imported replies, and every kind of bad input to `evokernel llm import`, each named, nothing
 lost, the run resumable afterwards."""
 import json
+import shutil
 import sqlite3
 import threading
 
@@ -359,8 +360,9 @@ def test_a_reply_cut_at_max_tokens_is_imported_as_written_with_a_note(tmp_path, 
 
 def test_an_empty_reply_folder_says_so_and_the_advice_names_the_folder_given(tmp_path, stopped):
     cfg, store = stopped
-    elsewhere = tmp_path / "copy" / "batch"
+    elsewhere = tmp_path / "copy" / "batch"      # a copy of the batch folder: its requests too
     (elsewhere / "replies").mkdir(parents=True)
+    shutil.copytree(tmp_path / "batch" / "requests", elsewhere / "requests")
     report = import_replies(elsewhere, cfg.run_dir)
     assert report.imported == () and "no reply files" in report.text()
     assert f"--llm-batch {elsewhere} " in report.text()
