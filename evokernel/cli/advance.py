@@ -135,7 +135,7 @@ def cmd_advance(args: argparse.Namespace) -> int:
             except SystemExit:        # argparse has printed the usage and what was wrong
                 raise EvokernelError(f"{run_dir.with_name(run_dir.name + '.args')}: not "
                                      "valid `evokernel run` arguments (above)") from None
-            rargs.verbose = args.verbose
+            rargs.verbose, rargs.cli_argv = args.verbose, argv
             prepared.append((run_dir, rargs, prepare_run(rargs)))
         except (EvokernelError, OSError) as e:
             say(run_dir, e)

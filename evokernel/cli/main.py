@@ -98,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv), run the command, return its exit status: 0, 1 (the
     command's own failure), 2 (bad input, no GPU), 130 (Ctrl-C), 143 (SIGTERM), 141 (a closed
     pipe)."""
-    args = build_parser().parse_args(argv)
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(tokens)
+    # the command's own tokens (after the root options and the command's name), for
+    # options.given_options: which flags were given, also with their default value
+    at = next((i for i, t in enumerate(tokens) if not t.startswith("-")), len(tokens))
+    args.cli_argv = tokens[at + 1:]
     options.configure_logging(args.verbose)
     previous = None
     if threading.current_thread() is threading.main_thread():

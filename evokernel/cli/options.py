@@ -197,16 +197,44 @@ STRATEGY_FLAGS = {"population_size": "population", "offspring_per_generation": "
 
 
 def overridden_flags(args: argparse.Namespace) -> list[str]:
-    """The search flags given with a value other than their default that ``args.strategy``
-    replaces (evokernel.search.strategies.FIXED), as "--population 4"; [] without --strategy.
+    """The search flags given on the command line (given_options; where that is unknown, those
+    with a value other than their default) that ``args.strategy`` replaces with another value
+    (evokernel.search.strategies.FIXED), as "--population 4"; [] without --strategy.
     Raises: ConfigError naming a bad setting."""
     if not hasattr(args, "strategy"):
         return []
     from evokernel.search.strategies import fixed
     search = search_config(args)
+    given = given_options(args)
     return [f"--{flag} {getattr(args, flag)}" for name, flag in STRATEGY_FLAGS.items()
             if name in fixed(args.strategy, search) and hasattr(args, flag)
-            and getattr(args, flag) not in (getattr(SEARCH, name), getattr(search, name))]
+            and getattr(args, flag) != getattr(search, name)
+            and (flag in given if given is not None
+                 else getattr(args, flag) != getattr(SEARCH, name))]
+
+
+_NOT_GIVEN = object()
+
+
+def given_options(args: argparse.Namespace) -> set[str] | None:
+    """The destinations (``args`` attribute names) of the options given on the command line,
+    also those given with their default value; None when ``args`` does not carry its command's
+    own tokens (``args.cli_argv``, set by evokernel.cli.main and `advance`) or its parser
+    (``args.parser``). Positional arguments are not counted (argparse fills an absent optional
+    positional with its default)."""
+    argv, parser = getattr(args, "cli_argv", None), getattr(args, "parser", None)
+    if argv is None or parser is None:
+        return None
+    # argparse sets a default only where the namespace has no such attribute yet: a namespace
+    # filled with a marker keeps it for every option not on the command line.
+    probe, empty = (argparse.Namespace(**{k: _NOT_GIVEN for k in vars(args)}) for _ in "ab")
+    try:
+        parser.parse_args(argv, namespace=probe)
+        parser.parse_args([], namespace=empty)      # what an empty command line fills in
+    except SystemExit:               # tokens that parsed once parse again; be safe anyway
+        return None
+    return {k for k, v in vars(probe).items()
+            if v is not _NOT_GIVEN and getattr(empty, k) is _NOT_GIVEN}
 
 
 def llm_config(args: argparse.Namespace) -> LLMConfig:

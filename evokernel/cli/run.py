@@ -166,19 +166,23 @@ def _deferred(args: argparse.Namespace, llm_batch: Any, meta: dict[str, Any] | N
 
 
 def explicit_run_flags(args: argparse.Namespace) -> list[str]:
-    """The `run` options given on the command line with a value other than their default
-    (every flag of ``args.parser``, the `run` parser, including flags other modules add)."""
+    """The `run` options given on the command line, also with their default value
+    (options.given_options; where that is unknown, those with a value other than their
+    default), and PROBLEM when given (every flag of ``args.parser``, the `run` parser,
+    including flags other modules add)."""
     parser = getattr(args, "parser", None)
     if parser is None:
         parser = argparse.ArgumentParser(add_help=False)
         add_arguments(parser)
     defaults = vars(parser.parse_args([]))
+    given = options.given_options(args)
     from evokernel.cli.llm import RESUME_FLAGS
     # Where it runs is no part of the stored config: a resumed run may move (--dask-scheduler).
-    skip = {"resume", "func", "parser", "command", "verbose", *RESUME_FLAGS, *PLACEMENT_FLAGS}
+    skip = {"resume", "func", "parser", "command", "verbose", "cli_argv", *RESUME_FLAGS,
+            *PLACEMENT_FLAGS}
     return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
             for k, v in vars(args).items() if k in defaults and k not in skip
-            and v != defaults[k]]
+            and (k in given if given is not None and k != "problem" else v != defaults[k])]
 
 
 def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool,
