@@ -172,7 +172,9 @@ def write_export(store: Any, folder: Path, generation: int,
     """Write ``requests`` as the Batch API input file and as one request file each (see the
     module docstring), create ``folder/replies/``, and record them as pending in ``store`` (a
     RunStore). Files are written whole before they are recorded, so a crash leaves at worst an
-    export that a resume writes again.
+    export that a resume writes again. A round written again with the very same lines as the
+    generation's last export (a resume before its replies came) reuses that file and its round
+    number instead of writing a second copy that someone could submit, and pay for, twice.
 
     Raises:
         ValueError: no requests.
@@ -186,19 +188,33 @@ def write_export(store: Any, folder: Path, generation: int,
     stem = f"{store.run_dir.name}-g{generation:03d}-r"
     rounds = [int(f.name[len(stem):-6]) for f in folder.glob(f"{stem}*.jsonl")
               if f.name[len(stem):-6].isdigit()]
-    round_ = max(rounds, default=0) + 1         # never overwrites an earlier round's file
-    path = folder / f"{stem}{round_:02d}.jsonl"
+    lines = "".join(json.dumps(r.batch_line(), ensure_ascii=False) + "\n" for r in requests)
+    last = folder / f"{stem}{max(rounds):02d}.jsonl" if rounds else None
+    if last is not None and _same_text(last, lines):
+        # the same round again (a resume before its replies came): the file that is already
+        # there, so that no one submits (and pays for) the same requests twice
+        round_, path = max(rounds), last
+    else:
+        round_ = max(rounds, default=0) + 1     # never overwrites an earlier round's file
+        path = folder / f"{stem}{round_:02d}.jsonl"
     for r in requests:
         _write_text(folder / "requests" / f"{r.custom_id}.json",
                     json.dumps(r.request_file(), indent=1, ensure_ascii=False) + "\n")
         _write_text(folder / "requests" / f"{r.custom_id}.md", r.request_text())
-    _write_text(path, "".join(json.dumps(r.batch_line(), ensure_ascii=False) + "\n"
-                              for r in requests))
+    if path != last:
+        _write_text(path, lines)
     store.add_llm_requests(generation, str(path), [
         {"key": r.custom_id, "purpose": r.purpose, "sample_index": r.sample_index,
          "model": r.model, "request": r.request_file()} for r in requests])
     return Export(path=path, folder=folder, generation=generation, round=round_,
                   custom_ids=tuple(r.custom_id for r in requests))
+
+
+def _same_text(path: Path, text: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -377,3 +377,16 @@ def test_a_scripted_label_is_not_credited_to_the_manifests_model(tmp_path, stopp
     import_replies(tmp_path / "batch", cfg.run_dir, scripted="tester")
     hit = ReplyCache(tmp_path / "run" / "llm_cache.sqlite").get(key)
     assert hit["scripted"] == "tester" and hit["answered_by"] != "some model"
+
+
+def test_a_round_written_again_before_its_replies_reuses_its_file(tmp_path, stopped):
+    """A resume with no replies yet writes the same requests: no second file (r02) that could
+    be submitted, and paid for, twice; the attempt is counted as before."""
+    cfg, _ = stopped
+    first = sorted((tmp_path / "batch").glob("*.jsonl"))
+    text = first[0].read_text()
+    for _ in range(2):
+        assert search(tmp_path, cfg, resume=True).stopped == "llm_batch"
+    assert sorted((tmp_path / "batch").glob("*.jsonl")) == first and first[0].read_text() == text
+    rows = RunStore(cfg.run_dir).llm_requests()
+    assert {r["attempts"] for r in rows} == {3} and {r["export"] for r in rows} == {str(first[0])}
