@@ -14,7 +14,7 @@ Each RUN_DIR is resumed when it holds a run (run.sqlite); otherwise it is starte
 --seed 0 --model M`` (shell quoting; lines starting with ``#`` are comments; the other lines are
 joined). Runs go one after another, each as `evokernel run` would: its progress and last lines,
 the same checks. A run that cannot start (a bad args file, a folder that is no run, the same
-run named twice) or that fails on its way is named on stderr and the others go on.
+run named again) or that fails on its way is named on stderr and the others go on.
 """
 from __future__ import annotations
 
@@ -71,21 +71,24 @@ def run_argv(run_dir: Path, batch: Path) -> list[str]:
     return [*words, "--run-dir", str(run_dir), "--llm-batch", str(batch)]
 
 
-def parse_specs(specs: list[str]) -> list[tuple[Path, Path]]:
-    """(run folder, batch folder) of each RUN_DIR=BATCH_DIR. Raises: EvokernelError for one
-    without a single '=' between two paths, or a run folder named twice (also as another path
-    to the same folder)."""
-    out, seen = [], {}
+def parse_specs(specs: list[str]) -> tuple[list[tuple[Path, Path]], list[str]]:
+    """(run folder, batch folder) of each good RUN_DIR=BATCH_DIR, and a line for each bad one:
+    not a single '=' between two paths, or a run folder named again (also as another path to
+    the same folder; the first naming is kept)."""
+    out, bad, seen = [], [], {}
     for spec in specs:
         run_dir, sep, batch = spec.partition("=")
         if not sep or not run_dir or not batch or "=" in batch:
-            raise EvokernelError(f"{spec!r}: expected RUN_DIR=BATCH_DIR")
+            bad.append(f"{spec!r}: expected RUN_DIR=BATCH_DIR")
+            continue
         key = Path(run_dir).resolve()
         if key in seen:
-            raise EvokernelError(f"{run_dir}: named twice ({seen[key]!r} and {spec!r})")
+            bad.append(f"{run_dir}: named twice ({seen[key]!r} and {spec!r}); the first is run")
+            continue
         seen[key] = spec
-        out.append((Path(run_dir), Path(batch)))
-    return out
+        name = Path(run_dir) if Path(run_dir).name else key     # ".": the folder's own name
+        out.append((name, Path(batch)))
+    return out, bad
 
 
 class Borrowed:
@@ -126,8 +129,11 @@ def cmd_advance(args: argparse.Namespace) -> int:
     start (the others still ran)."""
     from evokernel.cli.run import prepare_run, report_result, run_with_progress
     from evokernel.engine.factory import make_evaluator
-    prepared, status = [], 0
-    for run_dir, batch in parse_specs(args.runs):
+    specs, bad = parse_specs(args.runs)
+    for line in bad:
+        print(f"evokernel advance: {line}", file=sys.stderr)
+    prepared, status = [], 2 if bad else 0
+    for run_dir, batch in specs:
         try:
             argv = run_argv(run_dir, batch)
             try:

@@ -182,7 +182,8 @@ def explicit_run_flags(args: argparse.Namespace) -> list[str]:
             *PLACEMENT_FLAGS}
     return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
             for k, v in vars(args).items() if k in defaults and k not in skip
-            and (k in given if given is not None and k != "problem" else v != defaults[k])]
+            and (v != defaults[k] or (given is not None and (
+                k in given if k != "problem" else v in args.cli_argv)))]
 
 
 def run_with_progress(problem: Any, config: Any, *, resume: bool, verbose: bool,

@@ -107,12 +107,18 @@ def test_bad_args_files_and_folders_are_named_before_any_run_and_the_good_one_ru
     assert not (tmp_path / "quote").exists() and not (tmp_path / "flag").exists()
 
 
-def test_a_run_named_twice_is_refused_before_anything_runs(tmp_path, made, capsys):
-    (tmp_path / "d2.args").write_text(f"softmax {FLAGS}\n")
+def test_a_run_named_twice_or_a_bad_spec_is_named_and_the_others_go_on(tmp_path, made, capsys,
+                                                                       monkeypatch):
+    for name in ("d2", "other"):
+        (tmp_path / f"{name}.args").write_text(f"softmax {FLAGS}\n")
     assert cli.main(["advance", f"{tmp_path / 'd2'}={tmp_path / 'b'}",
-                     f"{tmp_path}/./d2={tmp_path / 'b'}"]) == 2
-    assert "named twice" in capsys.readouterr().err
-    assert not (tmp_path / "d2").exists() and not made
+                     f"{tmp_path}/./d2={tmp_path / 'b'}", "noeq",
+                     f"{tmp_path / 'other'}={tmp_path / 'ob'}"]) == 2
+    out = capsys.readouterr()
+    assert "named twice" in out.err and "'noeq': expected RUN_DIR=BATCH_DIR" in out.err
+    assert out.out.count("(llm_batch)") == 2 and len(made) == 1     # d2 once, and other
+    monkeypatch.chdir(tmp_path / "other")                         # "." is the folder itself
+    assert cli.main(["advance", f".={tmp_path / 'ob'}"]) == 0
 
 
 def test_a_run_that_fails_on_its_way_leaves_the_others_going(tmp_path, made, capsys,

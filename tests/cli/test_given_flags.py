@@ -14,10 +14,12 @@ def test_a_resume_refuses_run_flags_given_with_their_default_value(tmp_path, no_
     assert cli.main(RUN + ["--generations", "2", "--run-dir", str(run_dir),
                            "--llm-batch", str(folder)]) == 0
     capsys.readouterr()
-    for flag in (["--generations", "3"], ["--strategy", "evokernel"], ["--ideas", "3"]):
+    for flag in (["--generations", "3"], ["--strategy", "evokernel"], ["--ideas", "3"],
+                 ["softmax"]):
         assert cli.main(["run", "--resume", str(run_dir), "--llm-batch", str(folder),
                          *flag]) == 2
-        assert f"drop {flag[0]} (or start a new run)" in capsys.readouterr().err
+        said = "PROBLEM" if flag == ["softmax"] else flag[0]
+        assert f"drop {said} (or start a new run)" in capsys.readouterr().err
     assert cli.main(["-v", "run", "--resume", str(run_dir), "--llm-batch", str(folder)]) == 0
 
 
