@@ -234,10 +234,14 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_host_delay_on_some_fresh_calls_is_not_a_cache():
+def test_a_host_delay_on_some_fresh_calls_is_not_a_cache(monkeypatch):
     """The fresh check compares the fastest fresh call: a delay on two of the three (a host
-    preempted under load) leaves one at the kernel's own time, while a cache is slow on all."""
+    preempted under load) leaves one at the kernel's own time, while a cache is slow on all.
+    The slack is raised to 10 ms, still under the planted 20 ms: on this CPU stand-in the one
+    undelayed call is timed by the wall clock, and a 2-core CI host under load once slowed it
+    past the GPU's 0.05 ms slack (2026-12-02)."""
     import evokernel.engine.stages as stages
+    monkeypatch.setattr(stages, "FRESH_SLACK_MS", 10.0)
     s = _session()
     assert len(s.fresh_inputs) == 3
     t = _gated(s, DELAYED_TWICE, limit=1)
