@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -62,15 +63,37 @@ def connections(listener: socket.socket) -> int:
         got += 1
 
 
-def hold_key(scene: dict[str, Any], stage: str, contained: bool) -> dict[str, Any]:
+def hold_key(scene: dict[str, Any], stage: str, contained: bool,
+             timeout_s: float = 240) -> dict[str, Any]:
     """Run the key holder for ``stage`` ("build", "eval" or "gpu") with the canary as its
-    OPENAI_API_KEY and the scene's home as its HOME; its ``key-holder`` JSON line, parsed."""
+    OPENAI_API_KEY and the scene's home as its HOME; its ``key-holder`` JSON line, parsed.
+
+    A key holder still running after ``timeout_s`` (below the GPU stage's pytest-timeout of
+    300 s, so this message wins) is killed with every process of its session, and the test
+    fails with what it and its workers had written (twice on the H200 the contained GPU case
+    ran past the stage's limit and left nothing to read)."""
     spec = {k: scene[k] for k in ("run_dir", "home", "cache_dir", "port", "canary")}
     spec.update(stage=stage, contained=contained, root=str(ROOT))
     env = dict(os.environ, OPENAI_API_KEY=scene["canary"], HOME=scene["home"],
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "tests.support.key_holder", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("key-holder ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.key_holder", json.dumps(spec)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"the key holder ({stage}, contained={contained}) did not finish "
+                             f"in {timeout_s:g} s\n--- its stdout\n{out[-3000:]}\n--- its stderr\n"
+                             f"{err[-3000:]}\n{_worker_logs(Path(scene['cache_dir']))}") from None
+    lines = [ln for ln in out.splitlines() if ln.startswith("key-holder ")]
+    assert proc.returncode == 0 and lines, out[-3000:] + err[-3000:]
     return json.loads(lines[-1][len("key-holder "):])
+
+
+def _worker_logs(cache: Path, tail: int = 2000) -> str:
+    """The last ``tail`` characters of every log under the build cache (the workers')."""
+    logs = sorted(p for p in cache.rglob("*.log") if p.is_file()) if cache.is_dir() else []
+    return "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-tail:]}" for p in logs) \
+        or f"(no log under {cache})"

@@ -10,10 +10,17 @@ home, cache_dir, root (the repository, for PYTHONPATH).
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from evokernel.records import Candidate
 from tests.support.hostile import hostile_source
+
+
+def _say(what, t0=time.monotonic()):
+    """A progress line on stderr (hold_key shows it when the key holder runs out of time)."""
+    print(f"key-holder progress: {what} at {time.monotonic() - t0:.1f} s", file=sys.stderr,
+          flush=True)
 
 
 def _build(cand, cache, containment):
@@ -53,11 +60,15 @@ def _gpu(cand, cache, contained, root):
     ok = Candidate(source=(faults / "add_ok.py").read_text(), idea="add_ok")
     config = EvalConfig(cache_dir=str(cache), eval_timeout_s=120, measure_compile=False,
                         sandbox=contained, require_sandbox=contained)
+    _say("starting the evaluator")
     evaluator = CudaEvaluator(load_problem(faults / "problem_add.py"), config)
     try:
+        _say("evaluator ready; evaluating add_ok and the hostile candidate")
         good, bad = evaluator.evaluate([ok, cand])
+        _say(f"evaluated: {good.reason.value}, {bad.reason.value}")
     finally:
         evaluator.close()
+        _say("evaluator closed")
     return {"ok": bad.accepted, "reason": bad.reason.value, "text": f"{bad.detail}\n{bad.log}",
             "good": {"reason": good.reason.value, "candidate_ms": good.candidate_ms}}
 
