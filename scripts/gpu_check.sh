@@ -42,7 +42,7 @@
 #          cluster and the local engine, then both engines' cold throughput) into
 #          RESULTS_DIR/dask_vs_local/; dask-gate and dask-cold: one half each (the gate half
 #          takes several minutes per engine; prebuild first). Needs dask and distributed (carry
-#          their wheels: ../shared/tools/device-wheels.sh ... dask distributed).
+#          their wheels: scripts/device_wheels.sh puts them in .whl/).
 #          DASK_GATE_ARGS="--local-gate R/gate_report/gate_report.json" and
 #          DASK_COLD_ARGS="--local-bench R/bench_throughput.json" take the local engine's half
 #          from a gate report and a bench (cold phase) run earlier in the same call.
@@ -70,8 +70,8 @@
 #
 # Writes logs, JSON and run directories under RESULTS_DIR (default results/h200-<date>/), prints a
 # short table last, and, when $OUT is set (the device tool), packs RESULTS_DIR into
-# $OUT/results.tgz. On the H200 the image lacks deap/loguru/litellm: carry .whl/ (made with
-# ../shared/tools/device-wheels.sh deap loguru litellm tenacity) and this script installs them;
+# $OUT/results.tgz. On the H200 the image lacks deap/loguru/litellm: carry .whl/ (made by
+# scripts/device_wheels.sh) and this script installs them;
 # a package may also travel as .whl/NAME.tar.xz, its installed tree (e.g. litellm's wheel
 # unzipped, without litellm/proxy/_experimental, the proxy's web UI: 22 MB instead of 44).
 set -uo pipefail
