@@ -6,7 +6,7 @@
 #   stages: validate (= prebuild, gpu-tests, checks), prebuild, gpu-tests, checks, check:PROBLEM,
 #           search:PROBLEM, mock, headline-mock, suite, bench, gate-report, gate-report-load,
 #           contention, prebuild-ab, hide-check, dask-vs-local, dask-gate, dask-cold, suite-bench,
-#           frontier, sass-audit, sanitize, export-op, sandbox-ab, replay, all
+#           frontier, frontier-bench, sass-audit, sanitize, export-op, sandbox-ab, replay, all
 #   frontier: one step of batch-mode searches, all in one `evokernel advance` (one GPU
 #          evaluator per problem, shared by its runs): FRONTIER_RUN with requests in
 #          FRONTIER_BATCH, or each name of FRONTIER_PROBLEMS as FRONTIER_ROOT/<name> with
@@ -15,6 +15,9 @@
 #          `--strategy ...`), written as "<name> FRONTIER_ARGS" when missing (the name is then
 #          the problem); all are packed into $OUT/frontier.tgz.
 #          scripts/frontier_round.py makes the rounds between two such steps on the CPU
+#   frontier-bench: for each run of the frontier stage's layout that exported a best.py,
+#          experiments/do_bench_best.py into RUN/do_bench.json (an independent
+#          triton.testing.do_bench timing), then experiments/frontier_table.py into RESULTS_DIR
 #   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
 #          compiles of torch-header CUDA files and one busy loop per core), into
 #          RESULTS_DIR/gate_report_load/
@@ -251,6 +254,16 @@ while next_stage; do
                 [ -f "$run.args" ] && packed="$packed $run.args"
               done
               if [ -n "${OUT:-}" ]; then tar czf "$OUT/frontier.tgz" $packed; fi ;;
+    frontier-bench)  # do_bench of each frontier run's best kernel, then issue 21's table
+              runs=""; for p in ${FRONTIER_PROBLEMS:?}; do run="${FRONTIER_ROOT:?}/$p"
+                [ -f "$run/run.sqlite" ] || continue; runs="$runs $run"
+                [ -f "$run/best.py" ] || $EK export "$run" -o "$run/best.py" >/dev/null 2>&1
+                if [ -f "$run/best.py" ]; then
+                  timeout "$LIMIT" python3 experiments/do_bench_best.py "$run" \
+                    --json "$run/do_bench.json" 2>&1 | tee "$R/do_bench-$p.txt" | tail -5
+                fi; done
+              # shellcheck disable=SC2086
+              python3 experiments/frontier_table.py $runs --out "$R" ;;
     dask-vs-local) timeout "$LIMIT" python3 scripts/dask_vs_local.py --out "$R/dask_vs_local" \
                      2>&1 | tee "$R/dask_vs_local.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -40 ;;
     # shellcheck disable=SC2086

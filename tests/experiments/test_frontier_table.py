@@ -1,0 +1,78 @@
+"""experiments/frontier_table.py on the CPU: a target judged on the run's figure and on
+do_bench's, the stand-in warnings carried into the table, the store left as it was, and a folder
+that is not a run named with exit status 2."""
+import json
+
+from evokernel.config import RunConfig
+from evokernel.problem import Problem
+from evokernel.records import EvalResult, Reason, Verdict
+from evokernel.runs.store import RunStore
+from tests.support.runstores import files_state, kernel
+from tests.support.scripts import load_experiment
+
+table = load_experiment("frontier_table")
+
+
+def softmax_run(run_dir, device="NVIDIA H200"):
+    """A softmax run whose best kernel is 2.0x eager and 1.5x torch.compile."""
+    prob = Problem(name="softmax", path=run_dir.parent / "softmax.py", source="# reference\n")
+    store = RunStore.create(run_dir, RunConfig(problem="softmax", run_dir=str(run_dir)), prob)
+    store.set_meta("device", {"device": device})
+    seed = kernel("seed", "seed kernel (round-0 port)", operator="seed")
+    best = kernel("b", "[memory] one pass with an online max\nsecond line", (seed,),
+                  generation=1)
+    for c, ms in ((seed, 1.6), (best, 1.0)):
+        store.add_candidate(c)
+        store.add_result(EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                                    reference_ms=2.0, compile_ms=1.5, candidate_ms=ms,
+                                    floor_ms=0.5, norm_error_ratio=1.5, max_error_ratio=2.5,
+                                    tolerance_factor=16.0))
+    store.end_generation(0, [seed.id], seed.id, 1.25, 1, 1)
+    store.end_generation(1, [best.id, seed.id], best.id, 2.0, 1, 2)
+    store.close()
+    return best
+
+
+def test_the_row_of_a_run_and_its_target(tmp_path):
+    best = softmax_run(tmp_path / "softmax")
+    before = files_state(tmp_path / "softmax")
+    r = table.row(tmp_path / "softmax")
+    assert files_state(tmp_path / "softmax") == before
+    b = r["best"]
+    assert (b["id"], b["vs_eager"], b["vs_compile"], b["pct_of_floor"]) == (best.id, 2.0, 1.5,
+                                                                            200.0)
+    assert (b["norm_ratio"], b["max_ratio"], b["idea"]) == (1.5, 2.5,
+                                                           "[memory] one pass with an online max")
+    assert (r["target"], r["met"], r["warnings"]) == (">= 1.4x torch.compile", "met", [])
+    assert r["crfm_l40s_pct"] == 111.8 and r["do_bench"] is None
+
+
+def test_do_bench_below_the_target_makes_it_missed(tmp_path):
+    softmax_run(tmp_path / "softmax")
+    (tmp_path / "softmax" / "do_bench.json").write_text(
+        json.dumps({"speedup_vs_eager": 1.9, "speedup_vs_compile": 1.39}))
+    r = table.row(tmp_path / "softmax")
+    assert r["met"] == "missed" and r["do_bench"]["speedup_vs_compile"] == 1.39
+    assert "1.900x / 1.390x" in table.markdown([r])
+
+
+def test_judge():
+    best = {"vs_eager": 2.1, "vs_compile": 0.9}
+    assert table.judge("conv2d", best, None) == (">= 2x eager", "met")
+    assert table.judge("conv2d", best, {"speedup_vs_eager": 1.99})[1] == "missed"
+    assert table.judge("layernorm", best, None)[1] == "missed"
+    assert table.judge("matmul", None, None)[1] == "no kernel"
+    assert table.judge("toy", best, None) == (None, "no target")
+
+
+def test_a_fake_evaluators_run_is_marked_and_bad_input_named(tmp_path, capsys):
+    softmax_run(tmp_path / "softmax", device="fake evaluator (no GPU)")
+    assert table.main([str(tmp_path / "softmax"), "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "frontier_table.md").read_text()
+    assert "FAKE EVALUATOR" in md and "not measurements" in md
+    assert json.loads((tmp_path / "out" / "frontier_table.json").read_text())[0]["problem"] == \
+        "softmax"
+    capsys.readouterr()
+    assert table.main([str(tmp_path / "out")]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+    assert table.main([str(tmp_path / "softmax"), "--do-bench", "x=missing.json"]) == 2
