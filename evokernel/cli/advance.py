@@ -45,14 +45,17 @@ def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.Argume
 def run_argv(run_dir: Path, batch: Path) -> list[str]:
     """The `run` arguments that resume ``run_dir``, or start it from ``RUN_DIR.args``.
     Raises: EvokernelError naming the folder or file: neither a run nor an args file there, a
-    file where the run or batch folder goes, an args file that is empty, not UTF-8 text or not
-    valid shell quoting."""
+    file where the run or batch folder goes, an args file that is a directory, empty, not UTF-8
+    text or not valid shell quoting."""
     for folder, what in ((run_dir, "run folder"), (batch, "batch folder")):
         if folder.exists() and not folder.is_dir():
             raise EvokernelError(f"{folder}: not a folder (the {what} goes there)")
     if (run_dir / "run.sqlite").is_file():
         return ["--resume", str(run_dir), "--llm-batch", str(batch)]
     args_file = run_dir.with_name(run_dir.name + ".args")
+    if args_file.is_dir():
+        raise EvokernelError(f"{args_file}: a directory, not a file; the args file that starts "
+                             f"{run_dir} is a file of PROBLEM and run flags")
     if not args_file.is_file():
         raise EvokernelError(f"{run_dir}: no run there (no run.sqlite) and no args file "
                              f"{args_file} to start one from")

@@ -139,3 +139,13 @@ def test_a_run_that_fails_on_its_way_leaves_the_others_going(tmp_path, made, cap
     out = capsys.readouterr()
     assert out.err.count("first") == 1 and "the disk is full (planted)" in out.err
     assert "(llm_batch)" in out.out and (tmp_path / "second" / "run.sqlite").is_file()
+
+
+def test_an_args_path_that_is_a_directory_is_named_as_one_not_as_missing(tmp_path, made, capsys):
+    (tmp_path / "dir.args").mkdir()
+    (tmp_path / "good.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", f"{tmp_path / 'dir'}={tmp_path / 'dir-b'}",
+                     f"{tmp_path / 'good'}={tmp_path / 'good-b'}"]) == 2
+    out = capsys.readouterr()
+    assert f"{tmp_path / 'dir.args'}: a directory, not a file" in out.err
+    assert "no args file" not in out.err and "(llm_batch)" in out.out
