@@ -12,9 +12,10 @@ the set-up is paid once per problem.
 Each RUN_DIR is resumed when it holds a run (run.sqlite); otherwise it is started from
 ``RUN_DIR.args`` beside it: the problem and `run` flags, e.g. ``softmax --strategy branching
 --seed 0 --model M`` (shell quoting; lines starting with ``#`` are comments; the other lines are
-joined). Runs go one after another, each as `evokernel run` would: its progress and last lines,
-the same checks. A run that cannot start (a bad args file, a folder that is no run, the same
-run named again) or that fails on its way is named on stderr and the others go on.
+joined, a line ending in a backslash with the next as in a shell). Runs go one after another,
+each as `evokernel run` would: its progress and last lines, the same checks. A run that cannot
+start (a bad args file, a folder that is no run, the same run named again) or that fails on its
+way is named on stderr and the others go on.
 """
 from __future__ import annotations
 
@@ -61,8 +62,12 @@ def run_argv(run_dir: Path, batch: Path) -> list[str]:
                              f"{args_file} to start one from")
     try:
         text = args_file.read_text(encoding="utf-8")
-        words = shlex.split(" ".join(ln for ln in text.splitlines()
-                                     if ln.strip() and not ln.lstrip().startswith("#")))
+        lines = [ln.rstrip() for ln in text.splitlines()
+                 if ln.strip() and not ln.lstrip().startswith("#")]
+        # a line that ends in an odd number of backslashes (spaces after them ignored) is
+        # continued by the next: the backslash and the line break dropped, as a shell does
+        words = shlex.split("".join(
+            ln[:-1] if (len(ln) - len(ln.rstrip("\\"))) % 2 else ln + " " for ln in lines))
     except UnicodeDecodeError:
         raise EvokernelError(f"{args_file}: not UTF-8 text; expected PROBLEM and run "
                              "flags") from None

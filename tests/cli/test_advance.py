@@ -149,3 +149,18 @@ def test_an_args_path_that_is_a_directory_is_named_as_one_not_as_missing(tmp_pat
     out = capsys.readouterr()
     assert f"{tmp_path / 'dir.args'}: a directory, not a file" in out.err
     assert "no args file" not in out.err and "(llm_batch)" in out.out
+
+
+def test_an_args_file_with_backslash_continued_lines_is_read_as_a_shell_would(
+        tmp_path, made, capsys):
+    (tmp_path / "cont.args").write_text("softmax --strategy sequential \\\n"
+                                        "  # a comment line between\n"
+                                        f"  {FLAGS} \\  \n"      # spaces after the backslash
+                                        "  --se\\\ned 3\n")         # a word split: joined
+    assert cli.main(["advance", f"{tmp_path / 'cont'}={tmp_path / 'cont-b'}"]) == 0
+    assert "(llm_batch)" in capsys.readouterr().out
+    store = RunStore(tmp_path / "cont", read_only=True)
+    try:
+        assert (store.config().search.strategy, store.config().search.seed) == ("sequential", 3)
+    finally:
+        store.close()
