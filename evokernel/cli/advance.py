@@ -20,7 +20,9 @@ way is named on stderr and the others go on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import shlex
 import sys
@@ -77,6 +79,23 @@ def run_argv(run_dir: Path, batch: Path) -> list[str]:
     if not words:
         raise EvokernelError(f"{args_file}: empty; expected PROBLEM and run flags")
     return [*words, "--run-dir", str(run_dir), "--llm-batch", str(batch)]
+
+
+def parse_run_args(parser: argparse.ArgumentParser, argv: list[str],
+                   args_file: Path) -> argparse.Namespace:
+    """``argv`` parsed by the `run` parser ``parser``. Raises: EvokernelError naming
+    ``args_file``: --help (-h) among them (the help is not printed), or arguments that argparse
+    refused (it has printed the usage and what was wrong)."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):    # argparse prints --help there only
+            return parser.parse_args(argv)
+    except SystemExit as e:
+        if e.code == 0:                          # --help, also as -h or abbreviated
+            raise EvokernelError(f"{args_file}: --help is not a run flag here; expected "
+                                 "PROBLEM and run flags (`evokernel run --help` lists "
+                                 "them)") from None
+        raise EvokernelError(f"{args_file}: not valid `evokernel run` arguments "
+                             "(above)") from None
 
 
 def parse_specs(specs: list[str]) -> tuple[list[tuple[Path, Path]], list[str]]:
@@ -144,11 +163,8 @@ def cmd_advance(args: argparse.Namespace) -> int:
     for run_dir, batch in specs:
         try:
             argv = run_argv(run_dir, batch)
-            try:
-                rargs = args.run_parser.parse_args(argv)
-            except SystemExit:        # argparse has printed the usage and what was wrong
-                raise EvokernelError(f"{run_dir.with_name(run_dir.name + '.args')}: not "
-                                     "valid `evokernel run` arguments (above)") from None
+            rargs = parse_run_args(args.run_parser, argv,
+                                   run_dir.with_name(run_dir.name + ".args"))
             rargs.verbose, rargs.cli_argv = args.verbose, argv
             prepared.append((run_dir, rargs, prepare_run(rargs)))
         except (EvokernelError, OSError) as e:

@@ -164,3 +164,18 @@ def test_an_args_file_with_backslash_continued_lines_is_read_as_a_shell_would(
         assert (store.config().search.strategy, store.config().search.seed) == ("sequential", 3)
     finally:
         store.close()
+
+
+def test_help_in_an_args_file_is_named_as_no_run_flag_and_the_others_go_on(tmp_path, made,
+                                                                           capsys):
+    (tmp_path / "help.args").write_text(f"softmax --help {FLAGS}\n")
+    (tmp_path / "h.args").write_text(f"softmax {FLAGS} -h\n")
+    (tmp_path / "good.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b"
+                                  for n in ("help", "h", "good"))]) == 2
+    out = capsys.readouterr()
+    for name in ("help", "h"):
+        assert f"{tmp_path / name}.args: --help is not a run flag here" in out.err
+    assert "show this help message" not in out.out + out.err                # no help printed
+    assert "(llm_batch)" in out.out and len(made) == 1
+    assert not (tmp_path / "help").exists() and not (tmp_path / "h").exists()
