@@ -45,11 +45,17 @@ def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.Argume
     return a
 
 
-def run_argv(run_dir: Path, batch: Path) -> list[str]:
-    """The `run` arguments that resume ``run_dir``, or start it from ``RUN_DIR.args``.
-    Raises: EvokernelError naming the folder or file: neither a run nor an args file there, a
-    file where the run or batch folder goes, an args file that is a directory, empty, not UTF-8
-    text or not valid shell quoting."""
+#: The `run` flags an args file may not give (destination -> flag): RUN_DIR=BATCH_DIR decides
+#: the run and batch folders.
+SPEC_FLAGS = {"run_dir": "--run-dir", "llm_batch": "--llm-batch", "resume": "--resume"}
+
+
+def run_argv(run_dir: Path, batch: Path, parser: argparse.ArgumentParser) -> list[str]:
+    """The `run` arguments that resume ``run_dir``, or start it from ``RUN_DIR.args`` (read
+    with ``parser``, the `run` parser). Raises: EvokernelError naming the folder or file:
+    neither a run nor an args file there, a file where the run or batch folder goes, an args
+    file that is a directory, empty, not UTF-8 text, not valid shell quoting, not valid `run`
+    arguments (parse_run_args) or that gives a flag of SPEC_FLAGS."""
     for folder, what in ((run_dir, "run folder"), (batch, "batch folder")):
         if folder.exists() and not folder.is_dir():
             raise EvokernelError(f"{folder}: not a folder (the {what} goes there)")
@@ -78,6 +84,12 @@ def run_argv(run_dir: Path, batch: Path) -> list[str]:
                              "shell-quoted") from None
     if not words:
         raise EvokernelError(f"{args_file}: empty; expected PROBLEM and run flags")
+    given = vars(parse_run_args(parser, words, args_file))
+    spec = [flag for dest, flag in SPEC_FLAGS.items() if given.get(dest) is not None]
+    if spec:
+        raise EvokernelError(f"{args_file}: {', '.join(spec)} not allowed in an args file: "
+                             f"{run_dir}={batch} decides the run and batch folders; drop "
+                             f"{'it' if len(spec) == 1 else 'them'}")
     return [*words, "--run-dir", str(run_dir), "--llm-batch", str(batch)]
 
 
@@ -162,7 +174,7 @@ def cmd_advance(args: argparse.Namespace) -> int:
     prepared, status = [], 2 if bad else 0
     for run_dir, batch in specs:
         try:
-            argv = run_argv(run_dir, batch)
+            argv = run_argv(run_dir, batch, args.run_parser)
             rargs = parse_run_args(args.run_parser, argv,
                                    run_dir.with_name(run_dir.name + ".args"))
             rargs.verbose, rargs.cli_argv = args.verbose, argv

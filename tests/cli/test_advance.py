@@ -179,3 +179,19 @@ def test_help_in_an_args_file_is_named_as_no_run_flag_and_the_others_go_on(tmp_p
     assert "show this help message" not in out.out + out.err                # no help printed
     assert "(llm_batch)" in out.out and len(made) == 1
     assert not (tmp_path / "help").exists() and not (tmp_path / "h").exists()
+
+
+def test_run_dir_or_llm_batch_in_an_args_file_is_refused_by_name_and_the_others_go_on(
+        tmp_path, made, capsys):
+    (tmp_path / "rd.args").write_text(f"softmax --run-dir {tmp_path / 'elsewhere'} {FLAGS}\n")
+    (tmp_path / "lb.args").write_text(f"softmax {FLAGS} --llm-batch={tmp_path / 'eb'}\n")
+    (tmp_path / "good.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b"
+                                  for n in ("rd", "lb", "good"))]) == 2
+    out = capsys.readouterr()
+    assert f"{tmp_path / 'rd.args'}: --run-dir not allowed in an args file: " in out.err
+    assert f"{tmp_path / 'lb.args'}: --llm-batch not allowed in an args file: " in out.err
+    assert "decides the run and batch folders" in out.err
+    assert "(llm_batch)" in out.out and len(made) == 1
+    for gone in ("rd", "rd-b", "elsewhere", "lb", "lb-b", "eb"):
+        assert not (tmp_path / gone).exists()
