@@ -156,11 +156,12 @@ def stored_compile_ms(run_dir: Any) -> float | None:
         store.close()
 
 
-def group_key(prep: Any) -> str:
+def group_key(prep: Any, compile_ms: float | None) -> str:
     """Runs with the same key may share an evaluator: the same problem source and inputs, the
-    same evaluation config, the same stored torch.compile baseline."""
+    same evaluation config, the same stored torch.compile baseline (``compile_ms``,
+    stored_compile_ms)."""
     return json.dumps([prep.problem.source, dataclasses.asdict(prep.config.evaluation),
-                       stored_compile_ms(prep.config.run_dir)], sort_keys=True, default=str)
+                       compile_ms], sort_keys=True, default=str)
 
 
 def cmd_advance(args: argparse.Namespace) -> int:
@@ -187,13 +188,14 @@ def cmd_advance(args: argparse.Namespace) -> int:
         for run_dir, rargs, prep in prepared:
             evaluator = prep.stand_in
             if evaluator is None:        # the GPU's: one per group, made when first needed
-                key = group_key(prep)
+                compile_ms = stored_compile_ms(prep.config.run_dir)
+                key = group_key(prep, compile_ms)
 
-                def lend(key: str = key, prep: Any = prep, rargs: Any = rargs) -> Borrowed:
+                def lend(key: str = key, prep: Any = prep, rargs: Any = rargs,
+                         compile_ms: float | None = compile_ms) -> Borrowed:
                     if key not in shared:
                         shared[key] = make_evaluator(
-                            prep.problem, prep.config.evaluation,
-                            compile_ms=stored_compile_ms(prep.config.run_dir),
+                            prep.problem, prep.config.evaluation, compile_ms=compile_ms,
                             **(options.placement(rargs) or {}))
                     return Borrowed(shared[key])
                 evaluator = lend

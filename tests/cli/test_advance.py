@@ -195,3 +195,19 @@ def test_run_dir_or_llm_batch_in_an_args_file_is_refused_by_name_and_the_others_
     assert "(llm_batch)" in out.out and len(made) == 1
     for gone in ("rd", "rd-b", "elsewhere", "lb", "lb-b", "eb"):
         assert not (tmp_path / gone).exists()
+
+
+def test_a_runs_stored_compile_baseline_is_read_once(tmp_path, made, capsys, monkeypatch):
+    import evokernel.cli.advance as advance
+    reads = []
+
+    def stored(run_dir):                       # a planted baseline; each read counted
+        reads.append(str(run_dir))
+        return 0.25
+    monkeypatch.setattr(advance, "stored_compile_ms", stored)
+    for name in ("one", "two"):
+        (tmp_path / f"{name}.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b"
+                                  for n in ("one", "two"))]) == 0
+    assert sorted(reads) == [str(tmp_path / "one"), str(tmp_path / "two")]       # once a run
+    assert len(made) == 1 and made[0].kw["compile_ms"] == 0.25
