@@ -174,20 +174,24 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
 def search_config(args: argparse.Namespace) -> SearchConfig:
     """SearchConfig from the flags of ``add_search_arguments``; settings a command has no flag
     for keep SearchConfig's defaults. With ``--strategy``, the strategy's preset of them
-    (evokernel.search.strategies.preset: it fixes part of the shape). Raises: ConfigError
-    naming a bad setting."""
+    (evokernel.search.strategies.preset: it fixes part of the shape); ``--migrants`` is checked
+    against the run's population, the strategy's where it fixes one, not the ``--population`` it
+    replaces. Raises: ConfigError naming a bad setting."""
     optional = {key: getattr(args, flag) for key, flag in (
         ("islands", "islands"), ("migration_interval", "migration_interval"),
         ("migrants", "migrants"), ("ideas_per_call", "ideas"),
         ("implementations_per_idea", "implementations"),
         ("candidate_form", "candidate_form"), ("repair_attempts", "repair_attempts"))
         if hasattr(args, flag)}
-    base = SearchConfig(population_size=args.population, generations=args.generations,
-                        offspring_per_generation=args.offspring, seed=args.seed, **optional)
+    shape = dict(population_size=args.population, generations=args.generations,
+                 offspring_per_generation=args.offspring, seed=args.seed, **optional)
     if not hasattr(args, "strategy"):
-        return base
-    from evokernel.search.strategies import preset
-    return preset(args.strategy, base)
+        return SearchConfig(**shape)
+    from evokernel.search.strategies import fixed, preset
+    population = fixed(args.strategy, SearchConfig()).get("population_size")
+    if population is not None:            # best_of_n, sequential: --population is not used
+        shape["population_size"] = population
+    return preset(args.strategy, SearchConfig(**shape))
 
 
 #: The flag that sets each SearchConfig field a strategy can fix (evokernel.search.strategies).

@@ -30,3 +30,21 @@ def test_the_strategy_line_names_replaced_flags_given_with_their_default_value(
                            "--llm-batch", str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "(--implementations 2 not used: the strategy fixes it)" in out  # --ideas 1 = its own
+
+
+def test_migrants_are_checked_against_the_population_the_strategy_sets(tmp_path, no_gpu_needed,
+                                                                        capsys):  # noqa: F811
+    """sequential fixes the population to 1: --migrants 6 is refused against that population,
+    not the default --population 4, and --population 8 (not used) does not let --migrants 2
+    through."""
+    for extra in (["--migrants", "6"], ["--migrants", "2", "--population", "8"]):
+        assert cli.main(RUN + ["--strategy", "sequential", *extra,
+                               "--run-dir", str(tmp_path / "r"),
+                               "--llm-batch", str(tmp_path / "b")]) == 2
+        err = capsys.readouterr().err
+        assert f"population_size=1], got {extra[1]}" in err and "population_size=4" not in err
+    assert not (tmp_path / "r").exists()
+    assert cli.main(RUN + ["--strategy", "sequential", "--migrants", "1", "--population", "0",
+                           "--run-dir", str(tmp_path / "r"),
+                           "--llm-batch", str(tmp_path / "b")]) == 0
+    assert "(--population 0 not used: the strategy fixes it)" in capsys.readouterr().out
