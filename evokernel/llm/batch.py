@@ -158,6 +158,8 @@ class Export:
         folder: the batch folder (``requests/`` and ``replies/`` are in it).
         generation, round: the generation and its round (1 = its first export).
         custom_ids: the requests' ids, in the file's order.
+        reused: ``path`` is the generation's last export, already there with the very same
+            lines (not written again).
     """
 
     path: Path
@@ -165,6 +167,7 @@ class Export:
     generation: int
     round: int
     custom_ids: tuple[str, ...]
+    reused: bool = False
 
 
 def write_export(store: Any, folder: Path, generation: int,
@@ -207,7 +210,7 @@ def write_export(store: Any, folder: Path, generation: int,
         {"key": r.custom_id, "purpose": r.purpose, "sample_index": r.sample_index,
          "model": r.model, "request": r.request_file()} for r in requests])
     return Export(path=path, folder=folder, generation=generation, round=round_,
-                  custom_ids=tuple(r.custom_id for r in requests))
+                  custom_ids=tuple(r.custom_id for r in requests), reused=path == last)
 
 
 def _same_text(path: Path, text: str) -> bool:

@@ -73,13 +73,16 @@ class BatchMode:
             batch_id = open_batch(store, requests)     # submitted before the run was killed
         if batch_id is None:
             export = write_export(store, folder, generation, requests)
-            logger.info("LLM batch: {} request(s) of generation {} (round {}) written to {}",
-                        len(requests), generation, export.round, export.path)
+            where = (f"in the existing {export.path}, reused (the same requests as written "
+                     "there before; not written again)" if export.reused
+                     else f"written to {export.path}")
+            logger.info("LLM batch: {} request(s) of generation {} (round {}) {}",
+                        len(requests), generation, export.round, where)
             if self.on_export is not None:
                 self.on_export(export)
             if not self.submit:
                 raise LLMPending(f"generation {generation}: {len(requests)} LLM request(s) "
-                                 f"written to {export.path}; import the replies, then resume")
+                                 f"{where}; import the replies, then resume")
             batch_id = submit_export(export, store, llm)
         wait_and_import(batch_id, store, llm, folder, poll_s=self.poll_s, checks=self.checks)
         keys = {r.custom_id for r in requests}

@@ -211,3 +211,18 @@ def test_a_runs_stored_compile_baseline_is_read_once(tmp_path, made, capsys, mon
                                   for n in ("one", "two"))]) == 0
     assert sorted(reads) == [str(tmp_path / "one"), str(tmp_path / "two")]       # once a run
     assert len(made) == 1 and made[0].kw["compile_ms"] == 0.25
+
+
+def test_a_resume_before_the_replies_says_it_reused_the_export_not_wrote_it(tmp_path, made,
+                                                                            capsys):
+    (tmp_path / "r.args").write_text(f"softmax {FLAGS}\n")
+    spec = f"{tmp_path / 'r'}={tmp_path / 'b'}"
+    assert cli.main(["advance", spec]) == 0
+    export = tmp_path / "b" / "r-g001-r01.jsonl"
+    assert f"(round 1) written to {export}" in capsys.readouterr().err
+    assert cli.main(["advance", spec]) == 0                 # no replies yet: the same requests
+    err = capsys.readouterr().err
+    assert f"(round 1) in the existing {export}, reused" in err
+    assert f"in the existing {export}, reused (the same requests as written there before; " \
+           "not written again); import the replies" in err
+    assert "written to" not in err and sorted((tmp_path / "b").glob("*.jsonl")) == [export]
