@@ -6,7 +6,8 @@ cross-check of every headline number).
     python experiments/do_bench_best.py RUN_DIR [--json OUT.json] [--no-compile]
 
 RUN_DIR is a run directory (its problem.py and the best.py that the run exported; see
-``evokernel export``). Strict FP32 as in the gate: TF32 is off for matmul and cuDNN. The outputs
+``evokernel export``). The JSON names the kernel it timed (``candidate_id``, from best.py's
+header), so experiments/frontier_table.py can refuse a timing of another kernel. Strict FP32 as in the gate: TF32 is off for matmul and cuDNN. The outputs
 are compared once (the max abs difference is printed) but this is a timing, not the gate: run
 ``evokernel check`` for a verdict. It imports the kernel file, so it builds it (load_inline) and
 runs it in this process, unsandboxed: use it on kernels that passed the gate.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -72,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         diff = (outs["kernel"].float() - outs["eager"].float()).abs().max().item()
         ms = {k: triton.testing.do_bench(lambda f=f: f(*inputs), warmup=100, rep=500,
                                          return_mode="median") for k, f in fns.items()}
-    row = {"run_dir": str(args.run_dir), "device": torch.cuda.get_device_name(0),
+    found = re.search(r"^# candidate ([0-9a-f]+),", best_file.read_text(), re.M)
+    row = {"run_dir": str(args.run_dir), "candidate_id": found.group(1) if found else None,
+           "device": torch.cuda.get_device_name(0),
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "triton": getattr(triton, "__version__", "?"), "ms": ms, "max_abs_diff": diff,
            "speedup_vs_eager": ms["eager"] / ms["kernel"],

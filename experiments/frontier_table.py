@@ -8,8 +8,12 @@ best accepted kernel's speedup over eager and over torch.compile, its time as a 
 floor (100 = at the floor), both error ratios (candidate error / PyTorch's FP32 error, the
 gate's measure), the LLM tokens the run spent, the target issue 21 sets and whether it is met,
 and, when ``RUN_DIR/do_bench.json`` exists (experiments/do_bench_best.py ``--json``), the
-independent ``triton.testing.do_bench`` speedups. A target is judged on the run's own figure
-and on do_bench's where both exist: "met" only when both reach it.
+independent ``triton.testing.do_bench`` speedups. A target is "met" when both the run's figure
+and do_bench's reach it, "met by the run's timing only" without a do_bench timing, "missed" when
+one falls short, "not measured" when the figure it needs is missing (no torch.compile baseline),
+"no kernel" when nothing was accepted. A do_bench JSON must name the run's best kernel
+(``candidate_id``, written by do_bench_best.py) or, in older files without it, the run folder.
+A run whose replies a stand-in wrote, or that the fake evaluator judged, is marked in its row.
 
 Beside them: CRFM's published figures on an L40S (their blog post "Surprisingly Fast AI-Generated
 Kernels We Didn't Mean to Publish (Yet)", Stanford CRFM, 2025-05-28; % of PyTorch eager, other
@@ -17,8 +21,9 @@ GPU, other precision rules) and CRFM's own kernels measured on the H200 under th
 gate, as issue 21 reports them (they are not re-measured here).
 
 Writes DIR/frontier_table.md and DIR/frontier_table.json (DIR: --out, default the current
-folder) and prints the table. Exit status 2 on bad input (a folder that is not a run), with one
-line naming it.
+folder) and prints the table. Exit status 2 on bad input (a folder that is not a readable run, a
+run named twice, a do_bench file that is not a JSON object of numbers or times another kernel,
+a --do-bench for a run not listed, an --out that cannot be written), with one line naming it.
 """
 from __future__ import annotations
 
@@ -50,34 +55,17 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
     """One problem's row, from its run store and its do_bench JSON (``bench_file``, else
     ``run_dir/do_bench.json`` if it exists).
 
-    Raises: ValueError: ``run_dir`` holds no run store (run.sqlite)."""
-    from evokernel.report.labels import answered_by_line, scripted_note
-    from evokernel.runs.store import RunStore
+    Raises: ValueError: ``run_dir`` holds no run store (run.sqlite) or an unreadable one, or
+        its do_bench file is refused (``read_bench``)."""
     if not (run_dir / "run.sqlite").is_file():
         raise ValueError(f"{run_dir}: not a run folder (no run.sqlite)")
-    store = RunStore(run_dir, read_only=True)
     try:
-        meta, usage = store.meta(), store.llm_usage()
-        problem = store.config().problem
-        gens = store.generations()
-        out: dict[str, Any] = {
-            "problem": problem, "run_dir": str(run_dir),
-            "generations": gens[-1]["generation"] if gens else 0,
-            "candidates": len(store.candidates()),
-            "accepted": sum(r.accepted for r in store.results().values()),
-            "tokens": int(usage["prompt_tokens"] + usage["completion_tokens"]),
-            "llm_calls": int(usage["calls"]), "device": meta.get("device", {}).get("device"),
-            "answered_by": answered_by_line(usage), "best": None,
-            "warnings": [w for w in (scripted_note(usage),) if w]}
-        if "fake" in str(out["device"]).lower():
-            out["warnings"].append(f"FAKE EVALUATOR ({out['device']}): its times are not "
-                                   "measurements")
-        if usage.get("batch_waiting"):
-            out["warnings"].append(f"unfinished: {usage['batch_waiting']} LLM requests wait "
-                                   "for replies")
-        best = store.best()
-    finally:
-        store.close()
+        out, best = _read_store(run_dir)
+    except Exception as e:     # a corrupt or foreign store: sqlite3, ConfigError, KeyError ...
+        raise ValueError(f"{run_dir / 'run.sqlite'}: not a readable run store "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                         ) from None
+    problem = out["problem"]
     if best is not None:
         cand, res = best
         out["best"] = {"id": cand.id, "generation": cand.generation, "operator": cand.operator,
@@ -88,27 +76,95 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
                        "pct_of_floor": res.pct_of_floor,
                        "norm_ratio": res.norm_error_ratio, "max_ratio": res.max_error_ratio}
     bench = bench_file or run_dir / "do_bench.json"
-    out["do_bench"] = json.loads(bench.read_text()) if bench.is_file() else None
+    out["do_bench"] = (read_bench(bench, run_dir, out["best"]["id"] if out["best"] else None)
+                       if bench.is_file() else None)
     out["target"], out["met"] = judge(problem, out["best"], out["do_bench"])
     out["crfm_l40s_pct"] = CRFM_L40S_PCT.get(problem)
     out["crfm_on_h200"] = CRFM_ON_H200.get(problem)
     return out
 
 
+def _read_store(run_dir: Path) -> tuple[dict[str, Any], Any]:
+    """(the row without its do_bench and target, the store's best (candidate, result) or None)."""
+    from evokernel.report.labels import answered_by_line, scripted_note
+    from evokernel.runs.store import RunStore
+    store = RunStore(run_dir, read_only=True)
+    try:
+        meta, usage = store.meta(), store.llm_usage()
+        gens = store.generations()
+        out: dict[str, Any] = {
+            "problem": store.config().problem, "run_dir": str(run_dir),
+            "generations": gens[-1]["generation"] if gens else 0,
+            "candidates": len(store.candidates()),
+            "accepted": sum(r.accepted for r in store.results().values()),
+            "tokens": int(usage["prompt_tokens"] + usage["completion_tokens"]),
+            "llm_calls": int(usage["calls"]), "device": meta.get("device", {}).get("device"),
+            "answered_by": answered_by_line(usage), "best": None, "marks": [],
+            "warnings": [w for w in (scripted_note(usage),) if w]}
+        if usage.get("scripted"):
+            out["marks"].append("SCRIPTED")
+        if "fake" in str(out["device"]).lower():
+            out["marks"].append("FAKE EVALUATOR")
+            out["warnings"].append(f"FAKE EVALUATOR ({out['device']}): its times are not "
+                                   "measurements")
+        if usage.get("batch_waiting"):
+            out["marks"].append("UNFINISHED")
+            out["warnings"].append(f"unfinished: {usage['batch_waiting']} LLM requests wait "
+                                   "for replies")
+        return out, store.best()
+    finally:
+        store.close()
+
+
+#: The do_bench JSON's speedups the table reads.
+BENCH_KEYS = ("speedup_vs_eager", "speedup_vs_compile")
+
+
+def read_bench(path: Path, run_dir: Path, best_id: str | None) -> dict[str, Any]:
+    """``path``'s do_bench timing (experiments/do_bench_best.py --json), checked.
+
+    Raises: ValueError (naming ``path``): not JSON, not an object, a speedup that is not a number
+        (null is allowed: torch.compile skipped), or a timing of another kernel or run."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a do_bench JSON file ({e})") from None
+    if not isinstance(data, dict) or "speedup_vs_eager" not in data:
+        raise ValueError(f"{path}: not a do_bench result (a JSON object with speedup_vs_eager, "
+                         "as experiments/do_bench_best.py --json writes)")
+    for k in BENCH_KEYS:
+        v = data.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ValueError(f"{path}: {k} is {v!r}, not a number")
+    timed = data.get("candidate_id")
+    if timed is not None and timed != best_id:
+        raise ValueError(f"{path}: times kernel {timed}, but the best kernel of {run_dir} is "
+                         f"{best_id}; run experiments/do_bench_best.py on it again")
+    if timed is None and Path(str(data.get("run_dir", ""))).resolve() != run_dir.resolve():
+        raise ValueError(f"{path}: names no kernel and another run ({data.get('run_dir')!r}), "
+                         f"not {run_dir}")
+    return data
+
+
 def judge(problem: str, best: dict[str, Any] | None, bench: dict[str, Any] | None
           ) -> tuple[str | None, str]:
-    """(the target in words, "met" / "missed" / "no target" / "no kernel")."""
+    """(the target in words, "met" / "met by the run's timing only" / "missed" / "not
+    measured" / "no kernel" / "no target"); see the module docstring."""
     if problem not in TARGETS:
         return None, "no target"
     base, factor = TARGETS[problem]
     words = f">= {factor:g}x " + ("torch.compile" if base == "compile" else "eager")
     if best is None:
         return words, "no kernel"
-    figures = [best["vs_compile" if base == "compile" else "vs_eager"]]
-    if bench is not None:
-        figures.append(bench.get("speedup_vs_compile" if base == "compile"
-                                 else "speedup_vs_eager"))
-    return words, "met" if all(f is not None and f >= factor for f in figures) else "missed"
+    own = best["vs_compile" if base == "compile" else "vs_eager"]
+    if own is None:
+        return words, "not measured"
+    if bench is None:
+        return words, "met by the run's timing only" if own >= factor else "missed"
+    other = bench.get("speedup_vs_compile" if base == "compile" else "speedup_vs_eager")
+    if own < factor or (other is not None and other < factor):
+        return words, "missed"
+    return words, "met" if other is not None else "met by the run's timing only"
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -122,8 +178,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         b, d = r["best"] or {}, r["do_bench"] or {}
         bench = (f"{x(d.get('speedup_vs_eager'))} / {x(d.get('speedup_vs_compile'))}"
                  if d else "not run")
+        name = r["problem"] + (f" ({', '.join(r['marks'])})" if r["marks"] else "")
         lines.append(
-            f"| {r['problem']} | {x(b.get('vs_eager'))} | {x(b.get('vs_compile'))} | {bench} | "
+            f"| {name} | {x(b.get('vs_eager'))} | {x(b.get('vs_compile'))} | {bench} | "
             f"{x(b.get('pct_of_floor'), '.0f', '%')} | {x(b.get('norm_ratio'), '.2f', '')} / "
             f"{x(b.get('max_ratio'), '.2f', '')} | {r['tokens']:,} | {r['target'] or '-'} | "
             f"{r['met']} | {x(r['crfm_l40s_pct'], '.1f', '%')} | {r['crfm_on_h200'] or '-'} |")
@@ -149,25 +206,51 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--do-bench", action="append", default=[], metavar="RUN_DIR=FILE",
                     help="a run's do_bench JSON kept elsewhere than RUN_DIR/do_bench.json")
     args = ap.parse_args(argv)
-    benches: dict[Path, Path] = {}
-    for spec in args.do_bench:
-        run, sep, file = spec.partition("=")
-        if not sep or not Path(file).is_file():
-            print(f"frontier_table: --do-bench {spec}: expected RUN_DIR=FILE with an existing "
-                  "FILE", file=sys.stderr)
-            return 2
-        benches[Path(run).resolve()] = Path(file)
     try:
+        benches = bench_files(args.runs, args.do_bench)
         rows = [row(r, benches.get(r.resolve())) for r in args.runs]
     except ValueError as e:
         print(f"frontier_table: {e}", file=sys.stderr)
         return 2
     table = markdown(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "frontier_table.md").write_text(table)
-    (args.out / "frontier_table.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "frontier_table.md").write_text(table)
+        (args.out / "frontier_table.json").write_text(json.dumps(rows, indent=2, default=str)
+                                                      + "\n")
+    except OSError as e:
+        print(f"frontier_table: --out {args.out}: cannot write the table there ({e.strerror})",
+              file=sys.stderr)
+        return 2
     print(table, end="")
     return 0
+
+
+def bench_files(runs: list[Path], specs: list[str]) -> dict[Path, Path]:
+    """run folder (resolved) -> its do_bench file, from ``--do-bench RUN_DIR=FILE`` specs (split
+    at the last "=").
+
+    Raises: ValueError: a run listed twice, a spec without "=", a missing FILE, a RUN_DIR not
+        among ``runs``, or a run given two files."""
+    seen: set[Path] = set()
+    for r in runs:
+        if r.resolve() in seen:
+            raise ValueError(f"{r}: named twice")
+        seen.add(r.resolve())
+    out: dict[Path, Path] = {}
+    for spec in specs:
+        run, sep, file = spec.rpartition("=")
+        if not sep or not run:
+            raise ValueError(f"--do-bench {spec}: expected RUN_DIR=FILE")
+        key = Path(run).resolve()
+        if not Path(file).is_file():
+            raise ValueError(f"--do-bench {spec}: {file}: no such file")
+        if key not in seen:
+            raise ValueError(f"--do-bench {spec}: {run} is not one of the runs listed")
+        if key in out:
+            raise ValueError(f"--do-bench {spec}: {run} already has {out[key]}")
+        out[key] = Path(file)
+    return out
 
 
 if __name__ == "__main__":

@@ -255,15 +255,20 @@ while next_stage; do
               done
               if [ -n "${OUT:-}" ]; then tar czf "$OUT/frontier.tgz" $packed; fi ;;
     frontier-bench)  # do_bench of each frontier run's best kernel, then issue 21's table
-              runs=""; for p in ${FRONTIER_PROBLEMS:?}; do run="${FRONTIER_ROOT:?}/$p"
-                [ -f "$run/run.sqlite" ] || continue; runs="$runs $run"
-                [ -f "$run/best.py" ] || $EK export "$run" -o "$run/best.py" >/dev/null 2>&1
-                if [ -f "$run/best.py" ]; then
-                  timeout "$LIMIT" python3 experiments/do_bench_best.py "$run" \
-                    --json "$run/do_bench.json" 2>&1 | tee "$R/do_bench-$p.txt" | tail -5
-                fi; done
+              runs=""
+              [ -n "${FRONTIER_PROBLEMS:-}" ] && [ -n "${FRONTIER_ROOT:-}" ] \
+                || echo "frontier-bench: set FRONTIER_ROOT and FRONTIER_PROBLEMS (the frontier stage's runs)"
+              for p in ${FRONTIER_PROBLEMS:-}; do run="$FRONTIER_ROOT/$p"
+                if [ ! -f "$run/run.sqlite" ]; then echo "frontier-bench: $run: no run there, left out"; continue; fi
+                runs="$runs $run"; rm -f "$run/do_bench.json"   # never a timing of an older best
+                if [ ! -f "$run/best.py" ]; then
+                  echo "frontier-bench: $run: no best.py (the run has not ended, or accepted nothing): not timed"
+                  continue; fi
+                timeout "$LIMIT" python3 experiments/do_bench_best.py "$run" \
+                  --json "$run/do_bench.json" 2>&1 | tee "$R/do_bench-$p.txt" | tail -5
+              done
               # shellcheck disable=SC2086
-              python3 experiments/frontier_table.py $runs --out "$R" ;;
+              if [ -n "$runs" ]; then python3 experiments/frontier_table.py $runs --out "$R"; fi ;;
     dask-vs-local) timeout "$LIMIT" python3 scripts/dask_vs_local.py --out "$R/dask_vs_local" \
                      2>&1 | tee "$R/dask_vs_local.txt" | grep -v -E "DEBUG|^W[0-9]" | tail -40 ;;
     # shellcheck disable=SC2086

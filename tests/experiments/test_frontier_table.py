@@ -3,6 +3,8 @@ do_bench's, the stand-in warnings carried into the table, the store left as it w
 that is not a run named with exit status 2."""
 import json
 
+import pytest
+
 from evokernel.config import RunConfig
 from evokernel.problem import Problem
 from evokernel.records import EvalResult, Reason, Verdict
@@ -43,24 +45,46 @@ def test_the_row_of_a_run_and_its_target(tmp_path):
                                                                             200.0)
     assert (b["norm_ratio"], b["max_ratio"], b["idea"]) == (1.5, 2.5,
                                                            "[memory] one pass with an online max")
-    assert (r["target"], r["met"], r["warnings"]) == (">= 1.4x torch.compile", "met", [])
+    assert (r["target"], r["met"], r["warnings"], r["marks"]) == (
+        ">= 1.4x torch.compile", "met by the run's timing only", [], [])
     assert r["crfm_l40s_pct"] == 111.8 and r["do_bench"] is None
 
 
 def test_do_bench_below_the_target_makes_it_missed(tmp_path):
-    softmax_run(tmp_path / "softmax")
-    (tmp_path / "softmax" / "do_bench.json").write_text(
-        json.dumps({"speedup_vs_eager": 1.9, "speedup_vs_compile": 1.39}))
+    best = softmax_run(tmp_path / "softmax")
+    (tmp_path / "softmax" / "do_bench.json").write_text(json.dumps(
+        {"candidate_id": best.id, "speedup_vs_eager": 1.9, "speedup_vs_compile": 1.39}))
     r = table.row(tmp_path / "softmax")
     assert r["met"] == "missed" and r["do_bench"]["speedup_vs_compile"] == 1.39
     assert "1.900x / 1.390x" in table.markdown([r])
 
 
+def test_a_timing_of_another_kernel_or_run_is_refused(tmp_path):
+    best = softmax_run(tmp_path / "softmax")
+    bench = tmp_path / "softmax" / "do_bench.json"
+    for data, said in (({"candidate_id": "0ld", "speedup_vs_eager": 3.0}, "times kernel 0ld"),
+                       ({"run_dir": "elsewhere", "speedup_vs_eager": 3.0}, "another run"),
+                       ([1, 2], "not a do_bench result"),
+                       ({"candidate_id": best.id, "speedup_vs_eager": "fast"}, "not a number")):
+        bench.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=said):
+            table.row(tmp_path / "softmax")
+    bench.write_text("{")
+    with pytest.raises(ValueError, match="not a do_bench JSON file"):
+        table.row(tmp_path / "softmax")
+    bench.write_text(json.dumps({"run_dir": str(tmp_path / "softmax"), "speedup_vs_eager": 2.0,
+                                 "speedup_vs_compile": 1.45}))
+    assert table.row(tmp_path / "softmax")["met"] == "met"      # an older file, this run
+
+
 def test_judge():
     best = {"vs_eager": 2.1, "vs_compile": 0.9}
-    assert table.judge("conv2d", best, None) == (">= 2x eager", "met")
+    assert table.judge("conv2d", best, None) == (">= 2x eager", "met by the run's timing only")
+    assert table.judge("conv2d", best, {"speedup_vs_eager": 2.05})[1] == "met"
     assert table.judge("conv2d", best, {"speedup_vs_eager": 1.99})[1] == "missed"
     assert table.judge("layernorm", best, None)[1] == "missed"
+    assert table.judge("layernorm", {"vs_eager": 2.1, "vs_compile": None}, None)[1] == \
+        "not measured"
     assert table.judge("matmul", None, None)[1] == "no kernel"
     assert table.judge("toy", best, None) == (None, "no target")
 
@@ -69,10 +93,26 @@ def test_a_fake_evaluators_run_is_marked_and_bad_input_named(tmp_path, capsys):
     softmax_run(tmp_path / "softmax", device="fake evaluator (no GPU)")
     assert table.main([str(tmp_path / "softmax"), "--out", str(tmp_path / "out")]) == 0
     md = (tmp_path / "out" / "frontier_table.md").read_text()
-    assert "FAKE EVALUATOR" in md and "not measurements" in md
+    assert "| softmax (FAKE EVALUATOR) |" in md and "not measurements" in md
     assert json.loads((tmp_path / "out" / "frontier_table.json").read_text())[0]["problem"] == \
         "softmax"
     capsys.readouterr()
     assert table.main([str(tmp_path / "out")]) == 2
     assert "not a run folder" in capsys.readouterr().err
     assert table.main([str(tmp_path / "softmax"), "--do-bench", "x=missing.json"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "b.json").write_text("{}")
+    for argv, said in (([str(tmp_path / "softmax")] * 2, "named twice"),
+                       (["--do-bench", f"{tmp_path}/other={tmp_path}/b.json"], "not one of"),
+                       (["--do-bench", f"{tmp_path}/softmax={tmp_path}/b.json"] * 2,
+                        "already has")):
+        runs = argv if argv[0] != "--do-bench" else [str(tmp_path / "softmax"), *argv]
+        assert table.main(runs) == 2
+        assert said in capsys.readouterr().err
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.sqlite").write_bytes(b"not a database")
+    assert table.main([str(tmp_path / "broken")]) == 2
+    assert "not a readable run store" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert table.main([str(tmp_path / "softmax"), "--out", str(tmp_path / "file")]) == 2
+    assert "cannot write the table there" in capsys.readouterr().err
