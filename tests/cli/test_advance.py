@@ -166,14 +166,20 @@ def test_an_args_file_with_backslash_continued_lines_is_read_as_a_shell_would(
         store.close()
 
 
+def advance_beside_a_good_run(tmp_path, capsys, bad):
+    """`advance` of the runs NAME.args = LINE of ``bad`` and of one good run (exit status 2);
+    what it printed."""
+    for name, line in {**bad, "good": f"softmax {FLAGS}"}.items():
+        (tmp_path / f"{name}.args").write_text(line + "\n")
+    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b"
+                                  for n in (*bad, "good"))]) == 2
+    return capsys.readouterr()
+
+
 def test_help_in_an_args_file_is_named_as_no_run_flag_and_the_others_go_on(tmp_path, made,
                                                                            capsys):
-    (tmp_path / "help.args").write_text(f"softmax --help {FLAGS}\n")
-    (tmp_path / "h.args").write_text(f"softmax {FLAGS} -h\n")
-    (tmp_path / "good.args").write_text(f"softmax {FLAGS}\n")
-    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b"
-                                  for n in ("help", "h", "good"))]) == 2
-    out = capsys.readouterr()
+    out = advance_beside_a_good_run(tmp_path, capsys, {"help": f"softmax --help {FLAGS}",
+                                                       "h": f"softmax {FLAGS} -h"})
     for name in ("help", "h"):
         assert f"{tmp_path / name}.args: --help is not a run flag here" in out.err
     assert "show this help message" not in out.out + out.err                # no help printed
@@ -183,12 +189,9 @@ def test_help_in_an_args_file_is_named_as_no_run_flag_and_the_others_go_on(tmp_p
 
 def test_run_dir_or_llm_batch_in_an_args_file_is_refused_by_name_and_the_others_go_on(
         tmp_path, made, capsys):
-    (tmp_path / "rd.args").write_text(f"softmax --run-dir {tmp_path / 'elsewhere'} {FLAGS}\n")
-    (tmp_path / "lb.args").write_text(f"softmax {FLAGS} --llm-batch={tmp_path / 'eb'}\n")
-    (tmp_path / "good.args").write_text(f"softmax {FLAGS}\n")
-    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b"
-                                  for n in ("rd", "lb", "good"))]) == 2
-    out = capsys.readouterr()
+    out = advance_beside_a_good_run(tmp_path, capsys, {
+        "rd": f"softmax --run-dir {tmp_path / 'elsewhere'} {FLAGS}",
+        "lb": f"softmax {FLAGS} --llm-batch={tmp_path / 'eb'}"})
     assert f"{tmp_path / 'rd.args'}: --run-dir not allowed in an args file: " in out.err
     assert f"{tmp_path / 'lb.args'}: --llm-batch not allowed in an args file: " in out.err
     assert "decides the run and batch folders" in out.err
