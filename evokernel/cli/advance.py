@@ -46,8 +46,10 @@ def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.Argume
 
 
 #: The `run` flags an args file may not give (destination -> flag): RUN_DIR=BATCH_DIR decides
-#: the run and batch folders.
-SPEC_FLAGS = {"run_dir": "--run-dir", "llm_batch": "--llm-batch", "resume": "--resume"}
+#: the run and batch folders, and a step resumes each run in the batch mode that writes requests
+#: out (the Batch API's submit mode would be lost after the first step).
+SPEC_FLAGS = {"run_dir": "--run-dir", "llm_batch": "--llm-batch", "resume": "--resume",
+              "llm_batch_submit": "--llm-batch-submit"}
 
 
 def run_argv(run_dir: Path, batch: Path, parser: argparse.ArgumentParser) -> list[str]:
@@ -61,7 +63,7 @@ def run_argv(run_dir: Path, batch: Path, parser: argparse.ArgumentParser) -> lis
             raise EvokernelError(f"{folder}: not a folder (the {what} goes there)")
     if (run_dir / "run.sqlite").is_file():
         return ["--resume", str(run_dir), "--llm-batch", str(batch)]
-    args_file = run_dir.with_name(run_dir.name + ".args")
+    args_file = args_path(run_dir)
     if args_file.is_dir():
         raise EvokernelError(f"{args_file}: a directory, not a file; the args file that starts "
                              f"{run_dir} is a file of PROBLEM and run flags")
@@ -69,7 +71,7 @@ def run_argv(run_dir: Path, batch: Path, parser: argparse.ArgumentParser) -> lis
         raise EvokernelError(f"{run_dir}: no run there (no run.sqlite) and no args file "
                              f"{args_file} to start one from")
     try:
-        text = args_file.read_text(encoding="utf-8")
+        text = args_file.read_text(encoding="utf-8").removeprefix("\ufeff")   # a BOM
         lines = [ln.rstrip() for ln in text.splitlines()
                  if ln.strip() and not ln.lstrip().startswith("#")]
         # a line that ends in an odd number of backslashes (spaces after them ignored) is
@@ -85,12 +87,19 @@ def run_argv(run_dir: Path, batch: Path, parser: argparse.ArgumentParser) -> lis
     if not words:
         raise EvokernelError(f"{args_file}: empty; expected PROBLEM and run flags")
     given = vars(parse_run_args(parser, words, args_file))
-    spec = [flag for dest, flag in SPEC_FLAGS.items() if given.get(dest) is not None]
+    spec = [flag for dest, flag in SPEC_FLAGS.items() if given.get(dest) not in (None, False)]
     if spec:
         raise EvokernelError(f"{args_file}: {', '.join(spec)} not allowed in an args file: "
                              f"{run_dir}={batch} decides the run and batch folders; drop "
                              f"{'it' if len(spec) == 1 else 'them'}")
-    return [*words, "--run-dir", str(run_dir), "--llm-batch", str(batch)]
+    # first: after a `--` among the words they would be taken for positional arguments
+    return ["--run-dir", str(run_dir), "--llm-batch", str(batch), *words]
+
+
+def args_path(run_dir: Path) -> Path:
+    """``RUN_DIR.args``, beside the run folder (``run_dir`` as parse_specs gives it: a path
+    with a name)."""
+    return run_dir.with_name(run_dir.name + ".args")
 
 
 def parse_run_args(parser: argparse.ArgumentParser, argv: list[str],
@@ -112,20 +121,31 @@ def parse_run_args(parser: argparse.ArgumentParser, argv: list[str],
 
 def parse_specs(specs: list[str]) -> tuple[list[tuple[Path, Path]], list[str]]:
     """(run folder, batch folder) of each good RUN_DIR=BATCH_DIR, and a line for each bad one:
-    not a single '=' between two paths, or a run folder named again (also as another path to
-    the same folder; the first naming is kept)."""
-    out, bad, seen = [], [], {}
+    not a single '=' between two paths, the root folder as the run folder, a run folder named
+    again (also as another path to the same folder; the first naming is kept), or two run
+    folders of the same name sharing a batch folder (their request files, named after the
+    run, would collide)."""
+    out, bad, seen, names = [], [], {}, {}
     for spec in specs:
         run_dir, sep, batch = spec.partition("=")
         if not sep or not run_dir or not batch or "=" in batch:
             bad.append(f"{spec!r}: expected RUN_DIR=BATCH_DIR")
             continue
         key = Path(run_dir).resolve()
+        if not key.name:
+            bad.append(f"{spec!r}: the root folder cannot be a run folder")
+            continue
         if key in seen:
             bad.append(f"{run_dir}: named twice ({seen[key]!r} and {spec!r}); the first is run")
             continue
-        seen[key] = spec
-        name = Path(run_dir) if Path(run_dir).name else key     # ".": the folder's own name
+        same = names.get((key.name, Path(batch).resolve()))
+        if same is not None:
+            bad.append(f"{spec!r}: its batch folder is {same!r}'s too, and both runs are named "
+                       f"{key.name!r}: their request files would collide; the first is run")
+            continue
+        seen[key], names[(key.name, Path(batch).resolve())] = spec, spec
+        # "." and "..", or a path ending in them: the folder's own name (for RUN_DIR.args)
+        name = Path(run_dir) if Path(run_dir).name not in ("", ".", "..") else key
         out.append((name, Path(batch)))
     return out, bad
 
@@ -176,8 +196,7 @@ def cmd_advance(args: argparse.Namespace) -> int:
     for run_dir, batch in specs:
         try:
             argv = run_argv(run_dir, batch, args.run_parser)
-            rargs = parse_run_args(args.run_parser, argv,
-                                   run_dir.with_name(run_dir.name + ".args"))
+            rargs = parse_run_args(args.run_parser, argv, args_path(run_dir))
             rargs.verbose, rargs.cli_argv = args.verbose, argv
             prepared.append((run_dir, rargs, prepare_run(rargs)))
         except (EvokernelError, OSError) as e:
@@ -219,5 +238,5 @@ def say(run_dir: Path, error: BaseException) -> None:
     said = str(error).removeprefix("evokernel: ")
     if isinstance(error, OSError) and error.filename and str(error.filename) not in said:
         said = f"{error.filename}: {error.strerror or said}"
-    print(f"evokernel advance: {said if str(run_dir) in said else f'{run_dir}: {said}'}",
-          file=sys.stderr)
+    named = said.startswith((f"{run_dir}:", f"{args_path(run_dir)}:"))
+    print(f"evokernel advance: {said if named else f'{run_dir}: {said}'}", file=sys.stderr)

@@ -229,3 +229,45 @@ def test_a_resume_before_the_replies_says_it_reused_the_export_not_wrote_it(tmp_
     assert f"in the existing {export}, reused (the same requests as written there before; " \
            "not written again); import the replies" in err
     assert "written to" not in err and sorted((tmp_path / "b").glob("*.jsonl")) == [export]
+
+
+def test_a_bom_and_a_double_dash_in_an_args_file_are_read_and_submit_refused(tmp_path, made,
+                                                                              capsys):
+    """A byte-order mark (Windows editors) is dropped; words after `--` keep the spec's
+    folders out of them; --llm-batch-submit is refused (each step resumes in the mode that
+    writes requests out, so the submit mode would be lost after the first)."""
+    (tmp_path / "bom.args").write_text(f"\ufeffsoftmax {FLAGS}\n", encoding="utf-8")
+    (tmp_path / "dd.args").write_text(f"{FLAGS} --seed 3 -- softmax\n")
+    out = advance_beside_a_good_run(tmp_path, capsys, {
+        "sub": f"softmax {FLAGS} --llm-batch-submit"})
+    assert f"{tmp_path / 'sub.args'}: --llm-batch-submit not allowed in an args file" in out.err
+    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b" for n in ("bom", "dd"))]) \
+        == 0
+    assert capsys.readouterr().out.count("(llm_batch)") == 2
+    store = RunStore(tmp_path / "dd", read_only=True)
+    try:
+        assert store.config().search.seed == 3
+    finally:
+        store.close()
+
+
+def test_the_root_dotdot_and_same_named_runs_sharing_a_batch_folder(tmp_path, made, capsys,
+                                                                      monkeypatch):
+    """`/` as a run folder is named (it raised ValueError and stopped every run); `..` finds
+    the args file beside the folder it means; two runs of one name in one batch folder are
+    refused, as their request files would collide."""
+    (tmp_path / "study" / "arm1" / "sub").mkdir(parents=True)
+    (tmp_path / "study" / "arm1.args").write_text(f"softmax {FLAGS}\n")
+    for d in ("s1", "s2"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "arm.args").write_text(f"softmax {FLAGS}\n")
+    monkeypatch.chdir(tmp_path / "study" / "arm1" / "sub")
+    assert cli.main(["advance", f"/={tmp_path / 'root-b'}", f"..={tmp_path / 'arm1-b'}",
+                     f"{tmp_path / 's1' / 'arm'}={tmp_path / 'shared'}",
+                     f"{tmp_path / 's2' / 'arm'}={tmp_path / 'shared'}"]) == 2
+    out = capsys.readouterr()
+    assert "the root folder cannot be a run folder" in out.err
+    assert "both runs are named 'arm'" in out.err
+    assert out.out.count("(llm_batch)") == 2                    # arm1 (through ..) and s1/arm
+    assert (tmp_path / "study" / "arm1" / "run.sqlite").is_file()
+    assert not (tmp_path / "s2" / "arm").exists()
