@@ -174,9 +174,9 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
 def search_config(args: argparse.Namespace) -> SearchConfig:
     """SearchConfig from the flags of ``add_search_arguments``; settings a command has no flag
     for keep SearchConfig's defaults. With ``--strategy``, the strategy's preset of them
-    (evokernel.search.strategies.preset: it fixes part of the shape); ``--migrants`` is checked
-    against the run's population, the strategy's where it fixes one, not the ``--population`` it
-    replaces. Raises: ConfigError naming a bad setting."""
+    (evokernel.search.strategies.preset: it fixes part of the shape); where the strategy keeps
+    one island (the baselines), ``--migrants`` is capped at the population, as nothing migrates
+    (overridden_flags reports it as not used). Raises: ConfigError naming a bad setting."""
     optional = {key: getattr(args, flag) for key, flag in (
         ("islands", "islands"), ("migration_interval", "migration_interval"),
         ("migrants", "migrants"), ("ideas_per_call", "ideas"),
@@ -188,16 +188,18 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
     if not hasattr(args, "strategy"):
         return SearchConfig(**shape)
     from evokernel.search.strategies import fixed, preset
-    population = fixed(args.strategy, SearchConfig()).get("population_size")
-    if population is not None:            # best_of_n, sequential: --population is not used
-        shape["population_size"] = population
+    fixes = fixed(args.strategy, SearchConfig())
+    if "population_size" in fixes:        # best_of_n, sequential: --population is not used
+        shape["population_size"] = fixes["population_size"]
+    if fixes.get("islands") == 1 and "migrants" in shape:   # one island: nothing migrates
+        shape["migrants"] = min(shape["migrants"], shape["population_size"])
     return preset(args.strategy, SearchConfig(**shape))
 
 
 #: The flag that sets each SearchConfig field a strategy can fix (evokernel.search.strategies).
 STRATEGY_FLAGS = {"population_size": "population", "offspring_per_generation": "offspring",
                   "ideas_per_call": "ideas", "implementations_per_idea": "implementations",
-                  "islands": "islands"}
+                  "islands": "islands", "migrants": "migrants"}
 
 
 def overridden_flags(args: argparse.Namespace) -> list[str]:
@@ -210,8 +212,11 @@ def overridden_flags(args: argparse.Namespace) -> list[str]:
     from evokernel.search.strategies import fixed
     search = search_config(args)
     given = given_options(args)
+    fixes = dict(fixed(args.strategy, search))
+    if fixes.get("islands") == 1:         # one island: --migrants is capped, unused (search_config)
+        fixes["migrants"] = search.migrants
     return [f"--{flag} {getattr(args, flag)}" for name, flag in STRATEGY_FLAGS.items()
-            if name in fixed(args.strategy, search) and hasattr(args, flag)
+            if name in fixes and hasattr(args, flag)
             and getattr(args, flag) != getattr(search, name)
             and (flag in given if given is not None
                  else getattr(args, flag) != getattr(SEARCH, name))]

@@ -32,19 +32,25 @@ def test_the_strategy_line_names_replaced_flags_given_with_their_default_value(
     assert "(--implementations 2 not used: the strategy fixes it)" in out  # --ideas 1 = its own
 
 
-def test_migrants_are_checked_against_the_population_the_strategy_sets(tmp_path, no_gpu_needed,
-                                                                        capsys):  # noqa: F811
-    """sequential fixes the population to 1: --migrants 6 is refused against that population,
-    not the default --population 4, and --population 8 (not used) does not let --migrants 2
-    through."""
-    for extra in (["--migrants", "6"], ["--migrants", "2", "--population", "8"]):
-        assert cli.main(RUN + ["--strategy", "sequential", *extra,
-                               "--run-dir", str(tmp_path / "r"),
-                               "--llm-batch", str(tmp_path / "b")]) == 2
-        err = capsys.readouterr().err
-        assert f"population_size=1], got {extra[1]}" in err and "population_size=4" not in err
-    assert not (tmp_path / "r").exists()
+def test_migrants_with_a_one_island_strategy_are_named_as_not_used(tmp_path, no_gpu_needed,
+                                                                   capsys):  # noqa: F811
+    """sequential and best_of_n keep one kernel on one island: nothing migrates, so --migrants
+    is reported as not used (as --islands and --population are) and capped at the population,
+    whatever --population says; with the default --population 4 a --migrants 6 was refused,
+    and --migrants 2 --population 8 was taken silently. branching keeps --population kernels
+    on one island, so --migrants over it is capped and named too."""
+    for n, (strategy, extra) in enumerate((("sequential", ["--migrants", "6"]),
+                                           ("best_of_n", ["--migrants", "2", "--population",
+                                                          "8", "--islands", "2"]),
+                                           ("branching", ["--migrants", "3", "--population",
+                                                          "2"]))):
+        assert cli.main(RUN + ["--strategy", strategy, *extra, "--run-dir",
+                               str(tmp_path / f"r{n}"), "--llm-batch", str(tmp_path / "b")]) == 0
+        out = capsys.readouterr().out
+        assert f"--migrants {extra[1]}" in out.split("not used")[0], out
+    store_config = (tmp_path / "r0" / "config.json").read_text()
+    assert '"migrants": 1' in store_config and '"population_size": 1' in store_config
     assert cli.main(RUN + ["--strategy", "sequential", "--migrants", "1", "--population", "0",
-                           "--run-dir", str(tmp_path / "r"),
+                           "--run-dir", str(tmp_path / "r9"),
                            "--llm-batch", str(tmp_path / "b")]) == 0
     assert "(--population 0 not used: the strategy fixes it)" in capsys.readouterr().out
