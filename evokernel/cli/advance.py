@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.cli import options
-from evokernel.errors import EvokernelError
+from evokernel.errors import EvokernelError, NoGPUError
 
 
 def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -192,13 +192,16 @@ def cmd_advance(args: argparse.Namespace) -> int:
     specs, bad = parse_specs(args.runs)
     for line in bad:
         print(f"evokernel advance: {line}", file=sys.stderr)
-    prepared, status = [], 2 if bad else 0
+    prepared, status, no_gpu = [], 2 if bad else 0, False
     for run_dir, batch in specs:
         try:
             argv = run_argv(run_dir, batch, args.run_parser)
             rargs = parse_run_args(args.run_parser, argv, args_path(run_dir))
             rargs.verbose, rargs.cli_argv = args.verbose, argv
             prepared.append((run_dir, rargs, prepare_run(rargs)))
+        except NoGPUError as e:              # its help once; then one line a run
+            say(run_dir, e if not no_gpu else EvokernelError("needs a CUDA GPU (above)"))
+            no_gpu, status = True, 2
         except (EvokernelError, OSError) as e:
             say(run_dir, e)
             status = 2

@@ -271,3 +271,16 @@ def test_the_root_dotdot_and_same_named_runs_sharing_a_batch_folder(tmp_path, ma
     assert out.out.count("(llm_batch)") == 2                    # arm1 (through ..) and s1/arm
     assert (tmp_path / "study" / "arm1" / "run.sqlite").is_file()
     assert not (tmp_path / "s2" / "arm").exists()
+
+
+def test_no_gpu_is_explained_once_then_named_in_one_line_a_run(tmp_path, monkeypatch, capsys):
+    from evokernel.errors import NoGPUError
+
+    def no_gpu(*_):
+        raise NoGPUError("this command needs a CUDA GPU, and PyTorch sees none here.\n  HELP")
+    monkeypatch.setattr("evokernel.cli.options.require_gpu", no_gpu)
+    for n in ("a", "b", "c"):
+        (tmp_path / f"{n}.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b" for n in "abc")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("HELP") == 1 and err.count("needs a CUDA GPU (above)") == 2
