@@ -34,8 +34,9 @@
 #          instead of tests/), each bounded by TEST_TIMEOUT seconds (default 300; pytest-timeout
 #          fails it with its stack and goes on), with skip reasons and durations; each outcome is
 #          appended to RESULTS_DIR/gpu_tests_ledger.csv as it ends, and tests a ledger records as
-#          passed at the same commit are not run again (GPU_TESTS_RESUME=FILE: an earlier
-#          call's ledger, e.g. a committed one)
+#          passed with the same code (scripts/code_hash.sh: a commit of results or docs keeps
+#          them) are not run again (GPU_TESTS_RESUME=FILE: an earlier call's ledger, e.g. a
+#          committed one)
 #   gate-report: experiments/gate_report.py, every cheat and legitimate fixture in tests/kernels/
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
 #          (tests/gate/test_gpu_gate_fixtures.py, the same run), so run it on its own:
@@ -176,7 +177,8 @@ gpu_tests() {  # the gpu-marked tests, each bounded; a ledger of outcomes lets a
   if [ -n "${GPU_TESTS_RESUME:-}" ] && [ "$GPU_TESTS_RESUME" != "$ledger" ]; then
     cat "$GPU_TESTS_RESUME" >>"$ledger"; fi
   # shellcheck disable=SC2086
-  EVOKERNEL_TEST_LEDGER="$ledger" EVOKERNEL_TEST_COMMIT="$(cat COMMIT 2>/dev/null || git rev-parse HEAD)" \
+  # passes are keyed by the code's hash, not the commit: a commit of results or docs keeps them
+  EVOKERNEL_TEST_LEDGER="$ledger" EVOKERNEL_TEST_COMMIT="code-$(scripts/code_hash.sh)" \
     timeout "$LIMIT" python3 -m pytest -v -rs --durations=0 --timeout "${TEST_TIMEOUT:-300}" -m gpu \
     ${GPU_TESTS:-tests} -p no:cacheprovider --ignore=tests/gate/test_gpu_gate_fixtures.py 2>&1 \
     | tee -a "$R/gpu_tests.txt" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|Timeout" | tail -40
