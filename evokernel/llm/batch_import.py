@@ -114,6 +114,10 @@ def _completion_text(body: Any) -> str | None:
     content = message.get("content")
     if content is None or content == []:    # a refusal, or no text: kept as what it is
         content = message.get("refusal") or ""
+    if isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content):              # content as text parts: their text, in order
+        return "".join(p["text"] for p in content)
     return content if isinstance(content, str) else json.dumps(content)
 
 

@@ -142,3 +142,18 @@ def test_the_advice_names_the_runs_batch_folder_not_another_folder(tmp_path, sto
     shutil.rmtree(tmp_path / "batch")
     text = import_replies(other, cfg.run_dir).text()
     assert "--llm-batch DIR " in text and "DIR: the batch folder the run's requests" in text
+
+
+def test_content_given_as_text_parts_is_imported_as_their_text(tmp_path, stopped):
+    """A Batch API line whose message content is a list of text parts (the list form of the
+    Chat Completions API) is imported as the parts' text joined, not as the list's JSON."""
+    cfg, store = stopped
+    k = sorted(r["key"] for r in store.llm_requests())[0]
+    obj = json.loads(line(k, None))
+    obj["response"]["body"]["choices"][0]["message"]["content"] = [
+        {"type": "text", "text": IDEAS[:20]}, {"type": "text", "text": IDEAS[20:]}]
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps(obj) + "\n")
+    report = import_replies(results, cfg.run_dir)
+    assert report.problems == () and len(report.imported) == 1
+    assert ReplyCache(f"{cfg.run_dir}/llm_cache.sqlite").get(k)["text"] == IDEAS
