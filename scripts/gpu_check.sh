@@ -85,15 +85,19 @@ R=${2:-results/h200-$(date +%Y-%m-%d)}
 mkdir -p "$R"
 export LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONUNBUFFERED=1
 export EVOKERNEL_CACHE=${EVOKERNEL_CACHE:-/tmp/evokernel-cache}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-# A package carried as an installed tree (.whl/NAME.tar.xz, unpacked into /tmp/site): xz packs
-# litellm's 44 MB native library into less than its wheel does, and the carry is capped at 64 MiB.
-if [ -d .whl ] && ls .whl/*.tar.xz >/dev/null 2>&1; then
-  mkdir -p /tmp/site && for t in .whl/*.tar.xz; do tar xJf "$t" -C /tmp/site; done
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+# Only where the Python lacks them: a machine whose environment has them (a local run from the
+# project's .venv) keeps its own versions, and is not given the GPU host's cp312 wheels.
+if ! python3 -c "import deap, loguru, tenacity, litellm, dask, distributed" 2>/dev/null; then
+  if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+  fi
+  # A package carried as an installed tree (.whl/NAME.tar.xz, unpacked into /tmp/site): xz packs
+  # litellm's 44 MB native library into less than its wheel does; the carry is capped at 64 MiB.
+  if [ -d .whl ] && ls .whl/*.tar.xz >/dev/null 2>&1; then
+    mkdir -p /tmp/site && for t in .whl/*.tar.xz; do tar xJf "$t" -C /tmp/site; done
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+  fi
 fi
 # Checked from another folder: build and worker processes start elsewhere, so the package must
 # import from anywhere, not only from the repository root.
