@@ -71,8 +71,13 @@ class Fixture:
 
     @property
     def twin(self) -> str | None:
-        """The name of the load_inline fixture an NVRTC fixture is the twin of, else None."""
-        return self.path.stem if self.form == "nvrtc" else None
+        """The name of the load_inline fixture an NVRTC fixture is the twin of (the same file
+        name in the load_inline folder of its kind), else None (also for an NVRTC fixture with
+        no such file: a check the form expresses differently)."""
+        if self.form != "nvrtc":
+            return None
+        other = self.path.parents[2] / self.path.parent.name / self.path.name
+        return self.path.stem if other.is_file() else None
 
 
 def parse_fixture(path: Path, root: Path = ROOT) -> Fixture:
