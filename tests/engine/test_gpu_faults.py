@@ -1,6 +1,8 @@
 """On a GPU: a batch mixing a hang, an out-of-bounds write, a host segfault, a GPU out-of-memory
 and a compile error with good kernels. Every good kernel gets its verdict and time, every bad one
-its reason, and the engine ends cleanly."""
+its reason, and the engine ends cleanly; the workers are contained, as a run's are by default,
+and required to be (--require-sandbox), so a machine where the jail degrades fails the test
+instead of passing it uncontained."""
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,9 @@ def test_fault_batch_blames_only_the_faulty():
     problem = load_problem(FAULTS / "problem_add.py")
     cands = [Candidate(source=(FAULTS / f"{name}.py").read_text(), idea=name)
              for name in EXPECTED]
-    evaluator = CudaEvaluator(problem, EvalConfig(eval_timeout_s=30, measure_compile=False))
+    # contained, and required to be: a pass shows the fault batch inside the jail (issue 20)
+    evaluator = CudaEvaluator(problem, EvalConfig(eval_timeout_s=30, measure_compile=False,
+                                                  sandbox=True, require_sandbox=True))
     try:
         results = evaluator.evaluate(cands)
     finally:

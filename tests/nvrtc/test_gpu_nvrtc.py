@@ -114,7 +114,8 @@ def test_each_nvrtc_seed_computes_what_its_reference_does(name, inputs, tmp_path
 def _evaluate(problem, sources):
     from evokernel.engine.evaluator import CudaEvaluator
     cands = [Candidate(source=s, idea=n) for n, s in sources.items()]
-    evaluator = CudaEvaluator(problem, EvalConfig(eval_timeout_s=60, measure_compile=False))
+    evaluator = CudaEvaluator(problem, EvalConfig(eval_timeout_s=60, measure_compile=False,
+                                                  sandbox=True, require_sandbox=True))
     try:
         return {c.idea: r for c, r in zip(cands, evaluator.evaluate(cands))}, evaluator
     finally:
