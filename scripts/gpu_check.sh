@@ -248,11 +248,14 @@ while next_stage; do
               for pair in $pairs; do   # a new run without RUN.args: the folder's name + FRONTIER_ARGS
                 run=${pair%%=*}
                 if [ ! -f "$run/run.sqlite" ] && [ ! -f "$run.args" ]; then
+                  mkdir -p "$(dirname "$run")"     # a new FRONTIER_ROOT (a dry run found it missing)
                   echo "$(basename "$run") ${FRONTIER_ARGS:?}" >"$run.args"; fi
               done
               # shellcheck disable=SC2086
               timeout "$LIMIT" $EK advance $pairs 2>&1 | tee -a "$R/frontier.txt" \
                 | grep -v DEBUG | grep -E "^(run directory|best kernel|evokernel|LLM batch|gen )" | tail -60
+              echo "frontier: evokernel advance exit ${PIPESTATUS[0]} (0: every run went on; 1: a run found nothing; 2: a run could not start, named above; 124: LIMIT)" \
+                | tee -a "$R/frontier.txt"
               for pair in $pairs; do
                 run=${pair%%=*}; batch=${pair#*=}; name=$(basename "$run")
                 $EK show "$run" >"$R/show_frontier-$name.txt" 2>&1
