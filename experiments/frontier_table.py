@@ -67,9 +67,9 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
                          ) from None
     problem = out["problem"]
     if best is not None:
-        cand, res = best
+        cand, res = best.candidate, best.result
         out["best"] = {"id": cand.id, "generation": cand.generation, "operator": cand.operator,
-                       "idea": (cand.idea or "").splitlines()[0][:240] if cand.idea else "",
+                       "idea": best.idea_line[:240] if cand.idea.strip() else "",
                        "eager_ms": res.reference_ms, "compile_ms": res.compile_ms,
                        "kernel_ms": res.candidate_ms, "vs_eager": res.speedup,
                        "vs_compile": res.compile_speedup or None,
@@ -85,35 +85,32 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
 
 
 def _read_store(run_dir: Path) -> tuple[dict[str, Any], Any]:
-    """(the row without its do_bench and target, the store's best (candidate, result) or None)."""
+    """(the row without its do_bench and target, the run's best Entry or None), read through
+    evokernel.runs.view.load_run, the view `show` and `report` print."""
     from evokernel.report.labels import answered_by_line, scripted_note
-    from evokernel.runs.store import RunStore
-    store = RunStore(run_dir, read_only=True)
-    try:
-        meta, usage = store.meta(), store.llm_usage()
-        gens = store.generations()
-        out: dict[str, Any] = {
-            "problem": store.config().problem, "run_dir": str(run_dir),
-            "generations": gens[-1]["generation"] if gens else 0,
-            "candidates": len(store.candidates()),
-            "accepted": sum(r.accepted for r in store.results().values()),
-            "tokens": int(usage["prompt_tokens"] + usage["completion_tokens"]),
-            "llm_calls": int(usage["calls"]), "device": meta.get("device", {}).get("device"),
-            "answered_by": answered_by_line(usage), "best": None, "marks": [],
-            "warnings": [w for w in (scripted_note(usage),) if w]}
-        if usage.get("scripted"):
-            out["marks"].append("SCRIPTED")
-        if "fake" in str(out["device"]).lower():
-            out["marks"].append("FAKE EVALUATOR")
-            out["warnings"].append(f"FAKE EVALUATOR ({out['device']}): its times are not "
-                                   "measurements")
-        if usage.get("batch_waiting"):
-            out["marks"].append("UNFINISHED")
-            out["warnings"].append(f"unfinished: {usage['batch_waiting']} LLM requests wait "
-                                   "for replies")
-        return out, store.best()
-    finally:
-        store.close()
+    from evokernel.runs.view import load_run
+    view = load_run(run_dir)
+    usage, device = view.llm_usage, view.device.get("device")
+    out: dict[str, Any] = {
+        "problem": view.config.problem if view.config else view.problem,
+        "run_dir": str(run_dir),
+        "generations": view.completed_generations[-1] if view.completed_generations else 0,
+        "candidates": len(view.entries),
+        "accepted": sum(e.status == "accepted" for e in view.entries),
+        "tokens": int(usage["prompt_tokens"] + usage["completion_tokens"]),
+        "llm_calls": int(usage["calls"]), "device": device,
+        "answered_by": answered_by_line(usage), "best": None, "marks": [],
+        "warnings": [w for w in (scripted_note(usage),) if w]}
+    if usage.get("scripted"):
+        out["marks"].append("SCRIPTED")
+    if "fake" in str(device).lower():
+        out["marks"].append("FAKE EVALUATOR")
+        out["warnings"].append(f"FAKE EVALUATOR ({device}): its times are not measurements")
+    if usage.get("batch_waiting"):
+        out["marks"].append("UNFINISHED")
+        out["warnings"].append(f"unfinished: {usage['batch_waiting']} LLM requests wait for "
+                               "replies")
+    return out, view.best
 
 
 #: The do_bench JSON's speedups the table reads.
