@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Fill .whl/ with what the H200's image lacks (deap, loguru, tenacity, dask, distributed, litellm
-# and their missing needs), for the device tool's carry (64 MiB cap). A fresh checkout has no
-# .whl/; run this once from the repository root before the first GPU call:
+# Fill .whl/ with what the H200's image lacks (deap, loguru, tenacity, litellm and their missing
+# needs) and .whl-dask/ with dask, distributed and theirs, for the device tool's carry (64 MiB
+# cap, tracked files included: carry .whl-dask only for the Dask stages, since with it the tree
+# went over the cap on 2026-12-02). A fresh checkout has neither; run this once from the
+# repository root before the first GPU call:
 #
 #   scripts/device_wheels.sh
 #
@@ -23,7 +25,9 @@ fetch() {  # the helper, in the scratch copy; its output shown only when it fail
     cat "$tmp/log" >&2; echo "device_wheels: downloading $* failed; .whl/ left as it was" >&2; exit 1
   fi
 }
-fetch deap loguru tenacity moocore cffi pycparser platformdirs dask distributed
+fetch dask distributed  # first, alone: every wheel it brings goes to .whl-dask/
+mv "$tmp/repo/.whl" "$tmp/dask"
+fetch deap loguru tenacity moocore cffi pycparser platformdirs
 fetch litellm          # and litellm's needs that the image lacks, as wheels
 ls "$tmp"/repo/.whl/litellm-*.whl >/dev/null 2>&1 \
   || { cat "$tmp/log" >&2; echo "device_wheels: no litellm wheel came; .whl/ left as it was" >&2; exit 1; }
@@ -33,6 +37,6 @@ rm -rf "$tmp/tree/litellm/proxy/_experimental"
 tar cJf "$tmp/repo/.whl/litellm.tar.xz" -C "$tmp/tree" .
 # One importlib_metadata (dask's and litellm's needs may pull two versions).
 ls "$tmp"/repo/.whl/importlib_metadata-*.whl 2>/dev/null | sort -V | head -n -1 | xargs -r rm -f
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-rm -rf "$repo/.whl" && mv "$tmp/repo/.whl" "$repo/.whl"
-ls .whl; echo "total: $(du -sm .whl | cut -f1) MiB in .whl/"
+rm -rf "$repo/.whl" "$repo/.whl-dask" && mv "$tmp/repo/.whl" "$repo/.whl" && mv "$tmp/dask" "$repo/.whl-dask"
+ls .whl .whl-dask
+echo "total: $(du -sm .whl | cut -f1) MiB in .whl/, $(du -sm .whl-dask | cut -f1) MiB in .whl-dask/"

@@ -88,9 +88,17 @@ export EVOKERNEL_CACHE=${EVOKERNEL_CACHE:-/tmp/evokernel-cache}
 # Only where the Python lacks them: a machine whose environment has them (a local run from the
 # project's .venv) keeps its own versions, and is not given the GPU host's cp312 wheels.
 if ! python3 -c "import deap, loguru, tenacity, litellm, dask, distributed" 2>/dev/null; then
-  if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  # .whl-dask/ (dask, distributed and their needs) is carried only for the Dask stages
+  # (less a package .whl/ already holds: pip refuses two wheels of one name)
+  wheels=$(ls .whl/*.whl 2>/dev/null || true)
+  for w in .whl-dask/*.whl; do
+    [ -f "$w" ] || continue; n=$(basename "$w"); n=${n%%-*}
+    ls .whl/"$n"-*.whl >/dev/null 2>&1 || wheels="$wheels $w"
+  done
+  if [ -n "$wheels" ]; then
+    # shellcheck disable=SC2086
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+      --target /tmp/site $wheels && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
   fi
   # A package carried as an installed tree (.whl/NAME.tar.xz, unpacked into /tmp/site): xz packs
   # litellm's 44 MB native library into less than its wheel does; the carry is capped at 64 MiB.
