@@ -4,8 +4,8 @@ recorded without saying so.
 Two signals, read by the evaluator around every candidate (``SharedGpuGuard``):
 
 * NVML (``pynvml``, from the nvidia-ml-py package) lists the processes with a context on the GPU;
-  any that is not this process or one of its descendants (the build and GPU workers) is another
-  user of the GPU. On an H200 it showed a matmul loop of another process at once, at 100%
+  any that is not this process or one of its descendants (the build and GPU workers), nor a
+  worker it killed (``retire``), is another user of the GPU. On an H200 it showed a matmul loop of another process at once, at 100%
   utilization (results/h200-2026-12-01-s5/call1/probe.txt). NVML missing or refused gives one
   warning, and the drift watch below still works.
 * The reference (PyTorch eager) is timed again with every candidate, interleaved with it; a
@@ -63,6 +63,53 @@ def descends_from(pid: int, root: int, proc: Path = Path("/proc")) -> bool:
     return pid == root
 
 
+#: PIDs of this process's own workers (and their children) that it killed, with each one's start
+#: time: NVML may list one for a while after (its context torn down while a hung kernel spins),
+#: and once reparented it no longer descends from this process. On the H200 (2026-12-02) a hung
+#: candidate's own killed worker was taken for another process, and the hung candidate was
+#: measured again: 300 s more. An entry is dropped once its process is gone or its PID belongs to
+#: a process started later (PID reuse). Shared by the guards of every GPU.
+_retired: dict[int, int] = {}
+_retired_lock = threading.Lock()
+
+
+def _start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """The start time of process ``pid`` (field 22 of /proc/<pid>/stat, in clock ticks since
+    boot), or None when it is gone or unreadable."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descendants(root: int, proc: Path = Path("/proc")) -> set[int]:
+    """``root`` and every live process that descends from it (by ``/proc``)."""
+    out = {root}
+    for entry in proc.iterdir():
+        if entry.name.isdecimal() and descends_from(int(entry.name), root, proc):
+            out.add(int(entry.name))
+    return out
+
+
+def retire(pids: set[int]) -> None:
+    """Count ``pids`` (a worker about to be killed, and its children) as this process's own
+    while each lives."""
+    with _retired_lock:
+        for pid in pids:
+            started = _start_time(pid)
+            if started is not None:
+                _retired[pid] = started
+
+
+def _own_retired() -> set[int]:
+    with _retired_lock:
+        for pid, started in list(_retired.items()):
+            if _start_time(pid) != started:     # gone, or its PID taken by a newer process
+                del _retired[pid]
+        return set(_retired)
+
+
 class NvmlProcesses:
     """The processes NVML sees on the GPU with ``uuid`` (torch's device uuid, with or without
     the "GPU-" prefix), less this process's own tree. Without NVML, ``others()`` is always ()
@@ -91,7 +138,8 @@ class NvmlProcesses:
             procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
         except Exception:  # noqa: BLE001 -- a transient NVML error: nothing known
             return ()
-        return tuple(sorted({p.pid for p in procs if not descends_from(p.pid, self.root_pid)}))
+        listed = {p.pid for p in procs} - _own_retired()
+        return tuple(sorted(p for p in listed if not descends_from(p, self.root_pid)))
 
 
 class SharedGpuGuard:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from evokernel.engine import protocol
+from evokernel.engine import gpu_share, protocol
 from evokernel.errors import ProblemError
 from evokernel.records import Candidate, EvalResult, Reason
 
@@ -149,6 +149,10 @@ class WorkerHandle:
         self._send = self._recv = None
         self._pending_setup = None
         if self.proc is not None and self.proc.poll() is None:
+            try:
+                gpu_share.retire(gpu_share.descendants(self.proc.pid))
+            except OSError:   # /proc unreadable: the guard may then wait for the dying worker
+                pass
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

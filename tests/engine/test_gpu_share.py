@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
+from evokernel.engine import gpu_share
 from evokernel.engine.gpu_share import (REFERENCE_DRIFT, NvmlProcesses, SharedGpuGuard,
-                                        descends_from)
+                                        descendants, descends_from, retire)
 from evokernel.records import EvalResult, Reason, Verdict
 
 
@@ -120,6 +121,61 @@ def test_our_own_workers_are_not_other_users():
     finally:
         child.kill()
         child.wait()
+
+
+class FakeNvml:
+    """pynvml's one call the lister makes, listing ``pids`` on the GPU."""
+
+    def __init__(self, pids):
+        self.pids = pids
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [type("P", (), {"pid": p})() for p in self.pids]
+
+
+def test_a_worker_we_killed_is_not_another_user_while_it_lives(monkeypatch):
+    """The H200 case: a hung candidate's worker, killed, still listed by NVML and no longer our
+    descendant, made the guard measure the hung candidate again (300 s more)."""
+    monkeypatch.setattr(gpu_share, "_retired", {})
+    outsider, dying = 2**22 + 11, 2**22 + 13           # neither descends from this process
+    started = {outsider: 100, dying: 200}                # /proc start times, as the test sets them
+    monkeypatch.setattr(gpu_share, "_start_time", lambda pid, proc=None: started.get(pid))
+    gpu0 = NvmlProcesses("00000000-0000-0000-0000-000000000000")
+    gpu0._nvml = FakeNvml([outsider, dying])
+    gpu1 = NvmlProcesses("00000000-0000-0000-0000-000000000001")
+    gpu1._nvml = FakeNvml([outsider])
+    assert gpu0.others() == (outsider, dying)
+    retire({dying})
+    assert gpu1.others() == (outsider,)                 # another GPU's look keeps it retired
+    assert gpu0.others() == (outsider,)
+    started[dying] = 300                                 # its PID now another, newer process
+    assert gpu0.others() == (outsider, dying) and gpu_share._retired == {}
+    retire({dying})
+    assert gpu0.others() == (outsider,)
+    del started[dying]                                   # it exited (and left the GPU): forgotten
+    gpu0._nvml.pids = [outsider]
+    assert gpu0.others() == (outsider,) and gpu_share._retired == {}
+
+
+def test_descendants_are_the_worker_and_its_children():
+    outer = subprocess.Popen([sys.executable, "-c",
+                              "import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                              "'-c', 'import time; time.sleep(30)']); time.sleep(30)"])
+    try:
+        import time
+        for _ in range(100):
+            found = descendants(outer.pid)
+            if len(found) >= 2:
+                break
+            time.sleep(0.1)
+        assert outer.pid in found and len(found) == 2, found
+    finally:
+        import os
+        import signal
+        for p in descendants(outer.pid) - {outer.pid}:
+            os.kill(p, signal.SIGKILL)
+        outer.kill()
+        outer.wait()
 
 
 def test_without_nvml_others_is_empty():

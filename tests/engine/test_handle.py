@@ -76,3 +76,18 @@ def test_untrusted_answers_are_not_believed(tmp_path):
         assert w.evaluate(cand("ok", 9), timeout_s=10).accepted
     finally:
         w.close()
+
+
+def test_a_killed_workers_processes_are_retired_for_the_gpu_guard(tmp_path, monkeypatch):
+    """The guard must not take a hung candidate's own killed worker for another GPU user."""
+    from evokernel.engine import gpu_share
+    monkeypatch.setattr(gpu_share, "_retired", {})
+    w = handle(tmp_path)
+    try:
+        pid = int(w.evaluate(cand("ok", 1), timeout_s=10).detail)
+        hang = w.evaluate(cand("hang"), timeout_s=1.5)
+        assert hang.reason is Reason.TIMEOUT
+        assert pid in gpu_share._retired
+    finally:
+        w.close()
+
