@@ -5,8 +5,8 @@ Two signals, read by the evaluator around every candidate (``SharedGpuGuard``):
 
 * NVML (``pynvml``, from the nvidia-ml-py package) lists the processes with a context on the GPU;
   any that is not this process or one of its descendants (the build and GPU workers), nor a
-  worker it killed (``retire``), is another user of the GPU. On an H200 it showed a matmul loop of another process at once, at 100%
-  utilization (results/h200-2026-12-01-s5/call1/probe.txt). NVML missing or refused gives one
+  worker it killed (``retire``), is another user of the GPU. On an H200 it showed a matmul loop
+  of another process at once, at 100% utilization (results/h200-2026-12-01-s5/call1/probe.txt). NVML missing or refused gives one
   warning, and the drift watch below still works.
 * The reference (PyTorch eager) is timed again with every candidate, interleaved with it; a
   median more than REFERENCE_DRIFT away from the one the worker measured alone at set-up means
@@ -47,6 +47,16 @@ class ProcessLister(Protocol):
     def others(self) -> tuple[int, ...]: ...
 
 
+def _stat_field(pid: int, index: int, proc: Path) -> int | None:
+    """Field ``index`` of ``/proc/<pid>/stat`` counted from the state (0), after the command
+    name; None when the process is gone or its stat unreadable (proc(5))."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[index])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def descends_from(pid: int, root: int, proc: Path = Path("/proc")) -> bool:
     """Whether ``pid`` is ``root`` or one of its descendants, by walking the parent PIDs in
     ``/proc/<pid>/stat``. A process whose stat cannot be read counts as not descending."""
@@ -54,12 +64,10 @@ def descends_from(pid: int, root: int, proc: Path = Path("/proc")) -> bool:
     while pid > 1 and seen < 64:
         if pid == root:
             return True
-        try:
-            stat = (proc / str(pid) / "stat").read_text()
-            pid = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
+        parent = _stat_field(pid, 1, proc)
+        if parent is None:
             return False
-        seen += 1
+        pid, seen = parent, seen + 1
     return pid == root
 
 
@@ -76,11 +84,7 @@ _retired_lock = threading.Lock()
 def _start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
     """The start time of process ``pid`` (field 22 of /proc/<pid>/stat, in clock ticks since
     boot), or None when it is gone or unreadable."""
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    return _stat_field(pid, 19, proc)
 
 
 def descendants(root: int, proc: Path = Path("/proc")) -> set[int]:
