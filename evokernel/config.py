@@ -201,6 +201,10 @@ class EvalConfig:
                               f"{self.gpu_sharing!r}")
         if not _number("evaluation.gpu_wait_s", self.gpu_wait_s) >= 0:
             raise ConfigError(f"evaluation.gpu_wait_s must be >= 0, got {self.gpu_wait_s}")
+        for name in ("build_timeout_s", "eval_timeout_s"):
+            if not _number(f"evaluation.{name}", getattr(self, name)) > 0:
+                raise ConfigError(f"evaluation.{name} must be > 0 seconds, got "
+                                  f"{getattr(self, name)}")
 
     @property
     def cache_path(self) -> Path:

@@ -13,7 +13,8 @@
 #          FRONTIER_ROOT/<name>-batch; a run that exists is resumed, a new one starts with the
 #          line in FRONTIER_ROOT/<name>.args (its problem and flags: an ablation arm,
 #          `--strategy ...`), written as "<name> FRONTIER_ARGS" when missing (the name is then
-#          the problem); all are packed into $OUT/frontier.tgz.
+#          the problem); all are packed into $OUT/frontier.tgz. FRONTIER_ADVANCE_ARGS adds
+#          `advance` flags, e.g. "--eval-timeout 60" (a hung candidate's cost, this step only)
 #          scripts/frontier_round.py makes the rounds between two such steps on the CPU
 #   frontier-bench: for each run of the frontier stage's layout that exported a best.py,
 #          experiments/do_bench_best.py into RUN/do_bench.json (an independent
@@ -260,7 +261,7 @@ while next_stage; do
                   echo "$(basename "$run") ${FRONTIER_ARGS:?}" >"$run.args"; fi
               done
               # shellcheck disable=SC2086
-              timeout "$LIMIT" $EK advance $pairs 2>&1 | tee -a "$R/frontier.txt" \
+              timeout "$LIMIT" $EK advance ${FRONTIER_ADVANCE_ARGS:-} $pairs 2>&1 | tee -a "$R/frontier.txt" \
                 | grep -v DEBUG | grep -E "^(run directory|best kernel|evokernel|LLM batch|gen )" | tail -60
               echo "frontier: evokernel advance exit ${PIPESTATUS[0]} (0: every run went on; 1: a run found nothing; 2: a run could not start, named above; 124: LIMIT)" \
                 | tee -a "$R/frontier.txt"

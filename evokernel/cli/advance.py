@@ -41,6 +41,10 @@ def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.Argume
                        description=__doc__.split("\n\n")[0])
     a.add_argument("runs", nargs="+", metavar="RUN_DIR=BATCH_DIR",
                    help="a run folder and its batch folder (--llm-batch)")
+    a.add_argument("--eval-timeout", type=float, metavar="S",
+                   help="--eval-timeout for every run of this step (seconds a candidate's "
+                        "evaluation may take): a resumed run uses it for this step only, a new "
+                        "one stores it")
     a.set_defaults(func=cmd_advance, run_parser=run_parser)
     return a
 
@@ -197,6 +201,8 @@ def cmd_advance(args: argparse.Namespace) -> int:
         try:
             argv = run_argv(run_dir, batch, args.run_parser)
             rargs = parse_run_args(args.run_parser, argv, args_path(run_dir))
+            if args.eval_timeout is not None:     # set, not appended: after an args file's
+                rargs.eval_timeout = args.eval_timeout    # `--` it would be positional
             rargs.verbose, rargs.cli_argv = args.verbose, argv
             prepared.append((run_dir, rargs, prepare_run(rargs)))
         except NoGPUError as e:              # its help once; then one line a run

@@ -56,6 +56,12 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--require-sandbox", action="store_true",
                    help="refuse to run candidate code unless it is fully contained (another "
                         "user, no network, read-only files; README, Security)")
+    p.add_argument("--eval-timeout", type=float, metavar="S",
+                   help=with_default("seconds one candidate's evaluation (gate and timing) "
+                                     "may take before its worker is killed and the candidate "
+                                     "fails with `timeout` (`run --resume` takes it for "
+                                     "that resumption only)",
+                                     EVAL.eval_timeout_s))
     add_placement_arguments(p)
 
 
@@ -166,9 +172,20 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
     gate = GateConfig(tolerance_factor=args.tolerance_factor,
                       distributions=tuple(args.distributions.split(",")),
                       seeds=tuple(range(args.gate_seeds)))
+    timeout = eval_timeout(args)
     return EvalConfig(gate=gate, measure_compile=not args.no_compile_baseline,
                       baseline="compile" if args.vs_compile else "eager",
-                      require_sandbox=getattr(args, "require_sandbox", False))
+                      require_sandbox=getattr(args, "require_sandbox", False),
+                      **({} if timeout is None else {"eval_timeout_s": timeout}))
+
+
+def eval_timeout(args: argparse.Namespace) -> float | None:
+    """``--eval-timeout`` (seconds), None when not given. Raises: ConfigError unless it is a
+    finite number > 0."""
+    value = getattr(args, "eval_timeout", None)
+    if value is not None and not (value > 0 and value != float("inf")):
+        raise ConfigError(f"--eval-timeout must be a finite number of seconds > 0, got {value}")
+    return value
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:

@@ -13,6 +13,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from evokernel.cli import options
 from evokernel.errors import ConfigError, EvokernelError
 
@@ -132,12 +134,17 @@ def strategy_line(search: Any, ignored: list[str]) -> str:
 
 #: The placement flags (evokernel.cli.options.add_placement_arguments), allowed with --resume.
 PLACEMENT_FLAGS = ("gpus", "dask", "dask_scheduler")
+#: Flags allowed with --resume that replace a stored setting for that resumption only (the
+#: run's config.json is written once and keeps its value): how long a candidate may take before
+#: it fails with `timeout` is a property of the machine and the budget at hand, not of a result
+#: (a hung kernel spends it whole: 300 s of a 30-minute device session, 2026-12-02).
+RESUME_OVERRIDES = ("eval_timeout",)
 
 
 def _resumed(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
-    """The problem, config and store meta of the run directory ``args.resume``. Raises:
-    EvokernelError when other run flags are given, or the folder is no run
-    (evokernel.runs.store)."""
+    """The problem, config and store meta of the run directory ``args.resume``, with the
+    RESUME_OVERRIDES given applied. Raises: EvokernelError when other run flags are given, the
+    folder is no run (evokernel.runs.store), or an override is out of range (ConfigError)."""
     from evokernel.problem import load_problem
     from evokernel.runs.store import RunStore
     given = explicit_run_flags(args)
@@ -152,6 +159,13 @@ def _resumed(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     run_dir = Path(args.resume)
     seed = run_dir / "seed.py"
     problem = load_problem(run_dir / "problem.py", seed=seed if seed.is_file() else None)
+    timeout = options.eval_timeout(args)
+    if timeout is not None:
+        stored = config.evaluation.eval_timeout_s
+        config = dataclasses.replace(config, evaluation=dataclasses.replace(
+            config.evaluation, eval_timeout_s=timeout))
+        logger.info(f"{args.resume}: evaluation timeout {timeout:g} s for this resumption "
+                    f"(config.json keeps {stored:g} s)")
     return (dataclasses.replace(problem, name=meta["problem"]["name"]),
             dataclasses.replace(config, run_dir=args.resume), meta)
 
@@ -179,7 +193,7 @@ def explicit_run_flags(args: argparse.Namespace) -> list[str]:
     from evokernel.cli.llm import RESUME_FLAGS
     # Where it runs is no part of the stored config: a resumed run may move (--dask-scheduler).
     skip = {"resume", "func", "parser", "command", "verbose", "cli_argv", *RESUME_FLAGS,
-            *PLACEMENT_FLAGS}
+            *PLACEMENT_FLAGS, *RESUME_OVERRIDES}
     return [f"--{k.replace('_', '-')}" if k != "problem" else "PROBLEM"
             for k, v in vars(args).items() if k in defaults and k not in skip
             and (v != defaults[k] or (given is not None and (

@@ -29,7 +29,7 @@ def made(monkeypatch, no_gpu_needed):  # noqa: F811
 
     def make(problem, config, **kw):
         out.append(Recorded(problem))
-        out[-1].kw = kw
+        out[-1].kw, out[-1].config = kw, config
         return out[-1]
     monkeypatch.setattr(factory, "make_evaluator", make)
     return out
@@ -65,6 +65,40 @@ def test_runs_of_one_problem_share_one_evaluator_across_start_and_resume(tmp_pat
             assert store.generations()            # generation 0 was evaluated
         finally:
             store.close()
+
+
+def test_eval_timeout_is_stored_by_a_new_run_and_replaces_it_for_one_resumed_step(
+        tmp_path, made, capsys):
+    """A hung kernel spends the whole evaluation timeout (300 s of a 30-minute device session
+    on the H200, 2026-12-02): a step may shorten it without rewriting the run's config.json,
+    and a bad value is named by its flag, with the other runs going on."""
+    run, batch = tmp_path / "softmax", tmp_path / "softmax-batch"
+    (tmp_path / "softmax.args").write_text(f"softmax {FLAGS}\n")
+    assert cli.main(["advance", "--eval-timeout", "45", f"{run}={batch}"]) == 0
+    assert made[-1].config.eval_timeout_s == 45
+    write_replies(batch, scripted_reply, answered_by="evokernel.demo.scripted_llm",
+                  scripted=True)
+    assert cli.main(["llm", "import", str(batch), str(run)]) == 0
+    capsys.readouterr()
+    assert cli.main(["advance", "--eval-timeout", "20", f"{run}={batch}"]) in (0, 1)
+    assert made[-1].config.eval_timeout_s == 20                   # this step's evaluator
+    store = RunStore(run, read_only=True)
+    try:
+        assert store.config().evaluation.eval_timeout_s == 45     # config.json keeps its own
+    finally:
+        store.close()
+    made.clear()
+    other, other_batch = tmp_path / "layernorm", tmp_path / "layernorm-batch"
+    (tmp_path / "layernorm.args").write_text(f"layernorm {FLAGS}\n")
+    assert cli.main(["advance", "--eval-timeout", "0", f"{run}={batch}",
+                     f"{other}={other_batch}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("--eval-timeout must be a finite number of seconds > 0, got 0.0") == 2
+    assert f"{run}:" in err and f"{other}:" in err and not made   # named; nothing evaluated
+    assert cli.main(["run", "--resume", str(run), "--llm-batch", str(batch),
+                     "--eval-timeout", "-1"]) == 2
+    assert "--eval-timeout must be a finite number of seconds > 0, got -1.0" in \
+        capsys.readouterr().err
 
 
 def test_a_run_that_cannot_start_is_named_and_the_others_go_on(tmp_path, made, capsys):
@@ -241,12 +275,13 @@ def test_a_bom_and_a_double_dash_in_an_args_file_are_read_and_submit_refused(tmp
     out = advance_beside_a_good_run(tmp_path, capsys, {
         "sub": f"softmax {FLAGS} --llm-batch-submit"})
     assert f"{tmp_path / 'sub.args'}: --llm-batch-submit not allowed in an args file" in out.err
-    assert cli.main(["advance", *(f"{tmp_path / n}={tmp_path / n}-b" for n in ("bom", "dd"))]) \
-        == 0
+    assert cli.main(["advance", "--eval-timeout", "30",     # set, never after the `--`
+                     *(f"{tmp_path / n}={tmp_path / n}-b" for n in ("bom", "dd"))]) == 0
     assert capsys.readouterr().out.count("(llm_batch)") == 2
     store = RunStore(tmp_path / "dd", read_only=True)
     try:
         assert store.config().search.seed == 3
+        assert store.config().evaluation.eval_timeout_s == 30
     finally:
         store.close()
 

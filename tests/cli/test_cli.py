@@ -204,3 +204,18 @@ def test_readme_lists_every_command():
     assert "evokernel bench [--phases cold,warm,fidelity,sequential,faults,suite]" in commands
     assert "--dask-scheduler" in commands and "--gpus N" in commands
     assert "--evaluator fake" in readme and "not measurements" in readme
+
+
+def test_eval_timeout_sets_the_config_and_a_timeout_not_above_zero_is_refused():
+    import pytest
+
+    from evokernel.cli import options
+    from evokernel.cli.main import build_parser
+    from evokernel.config import EvalConfig
+    from evokernel.errors import ConfigError
+    args = build_parser().parse_args(["run", "--eval-timeout", "90"])
+    assert options.eval_config(args).eval_timeout_s == 90
+    for name in ("eval_timeout_s", "build_timeout_s"):
+        for bad in (0, -5, float("nan"), True):
+            with pytest.raises(ConfigError, match=f"evaluation.{name} must be"):
+                EvalConfig(**{name: bad})
