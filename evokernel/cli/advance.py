@@ -42,9 +42,9 @@ def add_parser(sub: Any, run_parser: argparse.ArgumentParser) -> argparse.Argume
     a.add_argument("runs", nargs="+", metavar="RUN_DIR=BATCH_DIR",
                    help="a run folder and its batch folder (--llm-batch)")
     a.add_argument("--eval-timeout", type=float, metavar="S",
-                   help="--eval-timeout for every run of this step (seconds a candidate's "
-                        "evaluation may take): a resumed run uses it for this step only, a new "
-                        "one stores it")
+                   help="--eval-timeout for every run of this step, over an args file's "
+                        "own (seconds a candidate's evaluation may take): a resumed run uses "
+                        "it for this step only, a new one stores it")
     a.set_defaults(func=cmd_advance, run_parser=run_parser)
     return a
 
@@ -191,8 +191,9 @@ def group_key(prep: Any, compile_ms: float | None) -> str:
 def cmd_advance(args: argparse.Namespace) -> int:
     """Exit status: the worst of the runs' `run` statuses (0, 1), or 2 when a run could not
     start (the others still ran)."""
-    from evokernel.cli.run import prepare_run, report_result, run_with_progress
+    from evokernel.cli.run import prepare_run, report_result, resume_again, run_with_progress
     from evokernel.engine.factory import make_evaluator
+    options.eval_timeout(args)         # a bad --eval-timeout: one line, before any run
     specs, bad = parse_specs(args.runs)
     for line in bad:
         print(f"evokernel advance: {line}", file=sys.stderr)
@@ -235,7 +236,8 @@ def cmd_advance(args: argparse.Namespace) -> int:
                 say(run_dir, e)
                 status = 2
                 continue
-            status = max(status, report_result(result, prep.llm_batch))
+            status = max(status, report_result(result, prep.llm_batch,
+                                               again=resume_again(rargs)))
     finally:
         for ev in shared.values():
             ev.close()

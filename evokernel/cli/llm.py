@@ -68,9 +68,10 @@ def reply_checks() -> dict[str, Callable[[str], str | None]]:
             "a reply to an ideas request with no readable ideas"}
 
 
-def stop_message(run_dir: Path, mode: Any) -> str:
+def stop_message(run_dir: Path, mode: Any, again: str = "") -> str:
     """What a run stopped by the batch mode prints: the round's file, how many requests and
-    what for, and the import and resume commands."""
+    what for, and the import and resume commands (``again``: flags of this resumption the
+    resume command repeats, e.g. " --eval-timeout 60")."""
     from evokernel.runs.store import RunStore
     store = RunStore(run_dir, read_only=True)
     try:
@@ -95,7 +96,7 @@ def stop_message(run_dir: Path, mode: Any) -> str:
         "next:",
         f"  evokernel llm import RESULTS.jsonl {run_dir}    (the Batch API's output file)",
         f"  evokernel llm import {folder} {run_dir}    (or the reply files)",
-        f"  evokernel run --resume {run_dir} {batch_flag}"])
+        f"  evokernel run --resume {run_dir} {batch_flag}{again}"])
 
 
 def add_llm_command(sub: Any) -> None:

@@ -59,8 +59,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-timeout", type=float, metavar="S",
                    help=with_default("seconds one candidate's evaluation (gate and timing) "
                                      "may take before its worker is killed and the candidate "
-                                     "fails with `timeout` (`run --resume` takes it for "
-                                     "that resumption only)",
+                                     "fails with `timeout`, at least 1",
                                      EVAL.eval_timeout_s))
     add_placement_arguments(p)
 
@@ -181,10 +180,10 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
 
 def eval_timeout(args: argparse.Namespace) -> float | None:
     """``--eval-timeout`` (seconds), None when not given. Raises: ConfigError unless it is a
-    finite number > 0."""
+    finite number >= 1 (the timeout verdict counts whole seconds)."""
     value = getattr(args, "eval_timeout", None)
-    if value is not None and not (value > 0 and value != float("inf")):
-        raise ConfigError(f"--eval-timeout must be a finite number of seconds > 0, got {value}")
+    if value is not None and not (1 <= value < float("inf")):
+        raise ConfigError(f"--eval-timeout must be a finite number of seconds >= 1, got {value}")
     return value
 
 

@@ -30,7 +30,8 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
                    "the problem)")
     r.add_argument("--run-dir", help="run directory (none: runs/<problem>-<time>)")
     r.add_argument("--resume", metavar="RUN_DIR",
-                   help="continue a killed run with its stored config.json")
+                   help="continue a killed run with its stored config.json (--eval-timeout "
+                        "may replace its evaluation timeout for this resumption)")
     options.add_eval_arguments(r)
 
 
@@ -63,7 +64,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_with_progress(prep.problem, prep.config, resume=bool(args.resume),
                                verbose=args.verbose, llm_batch=prep.llm_batch,
                                placement=options.placement(args), evaluator=prep.stand_in)
-    return report_result(result, prep.llm_batch)
+    return report_result(result, prep.llm_batch, again=resume_again(args))
+
+
+def resume_again(args: argparse.Namespace) -> str:
+    """The RESUME_OVERRIDES given, as flags the printed resume command repeats ("" for none):
+    the step that evaluates a round stopped here needs them as much as this one did."""
+    timeout = getattr(args, "eval_timeout", None)
+    if timeout is None:
+        return ""
+    return f" --eval-timeout {int(timeout) if float(timeout).is_integer() else timeout!r}"
 
 
 def prepare_run(args: argparse.Namespace) -> PreparedRun:
@@ -98,18 +108,19 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
     return PreparedRun(problem, config, meta, llm_batch, stand_in)
 
 
-def report_result(result: Any, llm_batch: Any) -> int:
+def report_result(result: Any, llm_batch: Any, again: str = "") -> int:
     """Print how a search ended (its RunResult) and return `run`'s exit status: 0 when a
-    kernel passed the gate or the batch mode waits for replies or a GPU, 1 when none passed."""
+    kernel passed the gate or the batch mode waits for replies or a GPU, 1 when none passed.
+    ``again``: flags the printed resume command repeats (resume_again)."""
     from evokernel.cli.llm import stop_message
     print(f"run directory: {result.run_dir}  ({result.stopped})")
     if result.stopped == "llm_batch":
-        print(stop_message(result.run_dir, llm_batch))
+        print(stop_message(result.run_dir, llm_batch, again))
         return 0
     if result.stopped == "needs_gpu":
         print(f"every reply of the next round is in the reply cache; evaluating it needs the "
               f"GPU. On a machine with one:\n  evokernel run --resume {result.run_dir} "
-              f"--llm-batch {llm_batch.folder}")
+              f"--llm-batch {llm_batch.folder}{again}")
         return 0
     if result.best is None:
         print("no kernel passed the gate")

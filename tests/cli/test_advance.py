@@ -82,6 +82,8 @@ def test_eval_timeout_is_stored_by_a_new_run_and_replaces_it_for_one_resumed_ste
     capsys.readouterr()
     assert cli.main(["advance", "--eval-timeout", "20", f"{run}={batch}"]) in (0, 1)
     assert made[-1].config.eval_timeout_s == 20                   # this step's evaluator
+    resume = [ln for ln in capsys.readouterr().out.splitlines() if "run --resume" in ln]
+    assert resume and all(ln.endswith(" --eval-timeout 20") for ln in resume)   # kept
     store = RunStore(run, read_only=True)
     try:
         assert store.config().evaluation.eval_timeout_s == 45     # config.json keeps its own
@@ -90,14 +92,14 @@ def test_eval_timeout_is_stored_by_a_new_run_and_replaces_it_for_one_resumed_ste
     made.clear()
     other, other_batch = tmp_path / "layernorm", tmp_path / "layernorm-batch"
     (tmp_path / "layernorm.args").write_text(f"layernorm {FLAGS}\n")
-    assert cli.main(["advance", "--eval-timeout", "0", f"{run}={batch}",
+    assert cli.main(["advance", "--eval-timeout", "0.5", f"{run}={batch}",
                      f"{other}={other_batch}"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("--eval-timeout must be a finite number of seconds > 0, got 0.0") == 2
-    assert f"{run}:" in err and f"{other}:" in err and not made   # named; nothing evaluated
+    err = capsys.readouterr().err                 # said once, before any run
+    assert err.count("--eval-timeout must be a finite number of seconds >= 1, got 0.5") == 1
+    assert not made and not other.exists()
     assert cli.main(["run", "--resume", str(run), "--llm-batch", str(batch),
                      "--eval-timeout", "-1"]) == 2
-    assert "--eval-timeout must be a finite number of seconds > 0, got -1.0" in \
+    assert "--eval-timeout must be a finite number of seconds >= 1, got -1.0" in \
         capsys.readouterr().err
 
 
