@@ -60,19 +60,22 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
     if not (run_dir / "run.sqlite").is_file():
         raise ValueError(f"{run_dir}: not a run folder (no run.sqlite)")
     try:
-        out, best = _read_store(run_dir)
+        out, view = _read_store(run_dir)
     except Exception as e:     # a corrupt or foreign store: sqlite3, ConfigError, KeyError ...
         raise ValueError(f"{run_dir / 'run.sqlite'}: not a readable run store "
                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
                          ) from None
-    problem = out["problem"]
+    problem, best = out["problem"], view.best
     if best is not None:
+        from evokernel.runs.view import compile_speedup
         cand, res = best.candidate, best.result
+        vs_compile = compile_speedup(view, best)    # as `show` prints it (its fallback too)
         out["best"] = {"id": cand.id, "generation": cand.generation, "operator": cand.operator,
                        "idea": best.idea_line[:240] if cand.idea.strip() else "",
-                       "eager_ms": res.reference_ms, "compile_ms": res.compile_ms,
+                       "eager_ms": res.reference_ms,
+                       "compile_ms": res.compile_ms or view.compile_ms() or None,
                        "kernel_ms": res.candidate_ms, "vs_eager": res.speedup,
-                       "vs_compile": res.compile_speedup or None,
+                       "vs_compile": vs_compile,
                        "pct_of_floor": res.pct_of_floor,
                        "norm_ratio": res.norm_error_ratio, "max_ratio": res.max_error_ratio}
     bench = bench_file or run_dir / "do_bench.json"
@@ -85,7 +88,7 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
 
 
 def _read_store(run_dir: Path) -> tuple[dict[str, Any], Any]:
-    """(the row without its do_bench and target, the run's best Entry or None), read through
+    """(the row without its do_bench and target, the run's RunView), read through
     evokernel.runs.view.load_run, the view `show` and `report` print."""
     from evokernel.report.labels import answered_by_line, scripted_note
     from evokernel.runs.view import load_run
@@ -110,7 +113,7 @@ def _read_store(run_dir: Path) -> tuple[dict[str, Any], Any]:
         out["marks"].append("UNFINISHED")
         out["warnings"].append(f"unfinished: {usage['batch_waiting']} LLM requests wait for "
                                "replies")
-    return out, view.best
+    return out, view
 
 
 #: The do_bench JSON's speedups the table reads.

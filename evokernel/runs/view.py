@@ -250,14 +250,25 @@ def kernel_text(view: RunView, e: Entry) -> str:
     if r is None or not r.accepted:
         return e.status
     text = f"{r.speedup:.3f}x vs eager ({r.candidate_ms:.4f} ms)"
-    run_compile = view.compile_ms()
-    if r.compile_speedup:
-        text += f", {r.compile_speedup:.3f}x vs torch.compile"
-    elif run_compile:
-        text += f", {run_compile / r.candidate_ms:.3f}x vs torch.compile"
+    vs_compile = compile_speedup(view, e)
+    if vs_compile:
+        text += f", {vs_compile:.3f}x vs torch.compile"
     if r.pct_of_floor:
         text += f", {r.pct_of_floor:.0f}% of the memory floor"
     return text
+
+
+def compile_speedup(view: RunView, e: Entry) -> float | None:
+    """An accepted entry's speedup over torch.compile: over the baseline it was timed with (its
+    result's compile_ms), else over the run's (RunView.compile_ms); None when neither was
+    measured or the entry is not accepted."""
+    r = e.result
+    if r is None or not r.accepted or not r.candidate_ms:
+        return None
+    if r.compile_speedup:
+        return r.compile_speedup
+    run_compile = view.compile_ms()
+    return run_compile / r.candidate_ms if run_compile else None
 
 
 def floor_text(view: RunView) -> str:

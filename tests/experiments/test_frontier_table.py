@@ -15,18 +15,20 @@ from tests.support.scripts import load_experiment
 table = load_experiment("frontier_table")
 
 
-def softmax_run(run_dir, device="NVIDIA H200"):
-    """A softmax run whose best kernel is 2.0x eager and 1.5x torch.compile."""
+def softmax_run(run_dir, device="NVIDIA H200", compile_ms=1.5, run_compile_ms=None):
+    """A softmax run whose best kernel is 2.0x eager and 1.5x torch.compile (``compile_ms``:
+    its results' torch.compile baseline; ``run_compile_ms``: the run's, in its device meta)."""
     prob = Problem(name="softmax", path=run_dir.parent / "softmax.py", source="# reference\n")
     store = RunStore.create(run_dir, RunConfig(problem="softmax", run_dir=str(run_dir)), prob)
-    store.set_meta("device", {"device": device})
+    store.set_meta("device", {"device": device, **(
+        {"compile_ms": run_compile_ms} if run_compile_ms else {})})
     seed = kernel("seed", "seed kernel (round-0 port)", operator="seed")
     best = kernel("b", "[memory] one pass with an online max\nsecond line", (seed,),
                   generation=1)
     for c, ms in ((seed, 1.6), (best, 1.0)):
         store.add_candidate(c)
         store.add_result(EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
-                                    reference_ms=2.0, compile_ms=1.5, candidate_ms=ms,
+                                    reference_ms=2.0, compile_ms=compile_ms, candidate_ms=ms,
                                     floor_ms=0.5, norm_error_ratio=1.5, max_error_ratio=2.5,
                                     tolerance_factor=16.0))
     store.end_generation(0, [seed.id], seed.id, 1.25, 1, 1)
@@ -48,6 +50,23 @@ def test_the_row_of_a_run_and_its_target(tmp_path):
     assert (r["target"], r["met"], r["warnings"], r["marks"]) == (
         ">= 1.4x torch.compile", "met by the run's timing only", [], [])
     assert r["crfm_l40s_pct"] == 111.8 and r["do_bench"] is None
+
+
+def test_vs_compile_falls_back_to_the_runs_baseline_as_show_does(tmp_path):
+    """A result timed without its own torch.compile baseline (a run resumed before the first
+    was cached) is set against the run's, in the table as in `show`; none at all: not
+    measured, never 0."""
+    from evokernel.runs.view import compile_speedup, kernel_text, load_run
+    softmax_run(tmp_path / "a", compile_ms=None, run_compile_ms=1.5)
+    b = table.row(tmp_path / "a")["best"]
+    assert (b["vs_compile"], b["compile_ms"]) == (1.5, 1.5)
+    view = load_run(tmp_path / "a")
+    assert compile_speedup(view, view.best) == 1.5
+    assert "1.500x vs torch.compile" in kernel_text(view, view.best)
+    softmax_run(tmp_path / "b", compile_ms=None)
+    r = table.row(tmp_path / "b")
+    assert (r["best"]["vs_compile"], r["best"]["compile_ms"]) == (None, None)
+    assert r["met"] == "not measured"
 
 
 def test_do_bench_below_the_target_makes_it_missed(tmp_path):
