@@ -50,3 +50,9 @@ class EvaluationDeferred(EvokernelError):
     """Batch mode on a machine without a GPU (evokernel.engine.deferred): a round's candidates
     are ready to be evaluated, and evaluating needs a CUDA GPU. The search stops cleanly before
     anything of the round is evaluated; ``--resume`` on a machine with a GPU goes on."""
+
+
+class WorkerClosed(EvokernelError):
+    """The evaluator was closed (a shutdown: SIGTERM, a time limit) while a GPU worker was
+    evaluating a candidate. No verdict: the candidate stays pending in the run store, and
+    ``--resume`` evaluates it again (evokernel.engine.handle)."""

@@ -24,7 +24,7 @@ from loguru import logger
 from evokernel.build.sass import with_audit
 from evokernel.config import EvalConfig, RunConfig
 from evokernel.engine.gpu_share import NvmlProcesses, SharedGpuGuard
-from evokernel.errors import NoGPUError
+from evokernel.errors import NoGPUError, WorkerClosed
 from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason
 
@@ -197,7 +197,10 @@ class CudaEvaluator:
             while (item := gpu_queue.get()) is not None:
                 cand, build = item
                 emit("gating", cand.id)
-                r = guard.run(lambda: worker.evaluate(cand, self.config.eval_timeout_s))
+                try:
+                    r = guard.run(lambda: worker.evaluate(cand, self.config.eval_timeout_s))
+                except WorkerClosed:     # a shutdown: the candidate stays pending, no verdict
+                    return
                 emit("gated", cand.id)
                 if r.accepted:
                     emit("timed", cand.id)

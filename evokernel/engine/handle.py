@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from evokernel.engine import gpu_share, protocol
-from evokernel.errors import ProblemError
+from evokernel.errors import ProblemError, WorkerClosed
 from evokernel.records import Candidate, EvalResult, Reason
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class WorkerHandle:
         self._send: Connection | None = None
         self._recv: Connection | None = None
         self._pending_setup: dict[str, Any] | None = None   # a prepared process's set-up
+        self._closed = False       # close() was called: what is in flight gets no verdict
 
     # -- process life ---------------------------------------------------------------------
     def prepare(self, warm: bool = False) -> None:
@@ -162,7 +163,9 @@ class WorkerHandle:
             self.sandbox.cleanup()
 
     def close(self) -> None:
-        """Ask the worker to stop; kill it if it does not within 10 s."""
+        """Ask the worker to stop; kill it if it does not within 10 s. A candidate another
+        thread is evaluating then ends in WorkerClosed, never in a verdict."""
+        self._closed = True
         if self.alive() and self._send is not None:
             try:
                 protocol.send(self._send, {"kind": "stop"})
@@ -177,7 +180,11 @@ class WorkerHandle:
 
         Raises:
             ProblemError: a respawned worker could not set the problem up again.
+            WorkerClosed: ``close`` was called (from another thread) before the verdict came.
         """
+        if self._closed:            # no new worker after close()
+            raise WorkerClosed(f"the evaluator was closed before candidate {cand.id} was "
+                               "evaluated; it stays pending")
         if not self.alive() or self._done >= self.recycle_after:
             if self.alive():
                 logger.debug("recycling GPU worker after {} candidates", self._done)
@@ -190,6 +197,9 @@ class WorkerHandle:
             return self._dead(cand, "the worker was gone before the candidate was sent")
         msg = self._wait(timeout_s)
         self._done += 1
+        if self._closed:            # a shutdown killed the worker: no timeout, no crash
+            raise WorkerClosed(f"the evaluator was closed while candidate {cand.id} was being "
+                               "evaluated; it stays pending")
         if msg is None:
             timed_out = time.perf_counter() - t0 >= timeout_s
             if timed_out and self.alive():
@@ -244,22 +254,23 @@ class WorkerHandle:
     def _wait(self, timeout_s: float) -> dict[str, Any] | None:
         """The worker's next message, or None on timeout or death (its pipe closed; the process
         may not have been reaped yet, so callers tell the two apart by the time waited)."""
-        assert self._recv is not None
+        recv = self._recv      # kept: a close() from another thread sets self._recv to None
+        assert recv is not None
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or self._closed:
                 return None
             try:
-                if self._recv.poll(min(left, 1.0)):
-                    return protocol.recv(self._recv)
+                if recv.poll(min(left, 1.0)):
+                    return protocol.recv(recv)
             except (EOFError, OSError, protocol.ProtocolError):
                 return None
             if not self.alive():
                 # Drain what it sent before it died (a fatal result precedes its exit).
                 try:
-                    if self._recv.poll(0.1):
-                        return protocol.recv(self._recv)
+                    if recv.poll(0.1):
+                        return protocol.recv(recv)
                 except (EOFError, OSError, protocol.ProtocolError):
                     pass
                 return None

@@ -91,3 +91,36 @@ def test_a_killed_workers_processes_are_retired_for_the_gpu_guard(tmp_path, monk
     finally:
         w.close()
 
+
+
+def test_a_close_mid_candidate_gives_no_verdict_and_starts_no_worker(tmp_path):
+    """A shutdown (the evaluator closed from the main thread) while a GPU thread waits on a
+    hung candidate: the wait ends in WorkerClosed, never a timeout or worker_crash verdict (the
+    store would keep it; on the H200, 2026-12-02, it ended in an AttributeError traceback),
+    and no worker is started after the close."""
+    import threading
+    import time
+
+    from evokernel.errors import WorkerClosed
+    w = handle(tmp_path)
+    assert w.evaluate(cand("ok", 1), timeout_s=10).accepted
+    got = []
+
+    def gpu_thread():
+        try:
+            got.append(w.evaluate(cand("hang"), timeout_s=60))
+        except WorkerClosed as e:
+            got.append(e)
+    t = threading.Thread(target=gpu_thread)
+    t.start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    w.close()
+    t.join(timeout=20)
+    assert not t.is_alive() and time.monotonic() - t0 < 20
+    assert len(got) == 1 and isinstance(got[0], WorkerClosed), got
+    assert "stays pending" in str(got[0]) and not w.alive()
+    spawns = w.spawns
+    with pytest.raises(WorkerClosed):
+        w.evaluate(cand("ok", 2), timeout_s=10)
+    assert w.spawns == spawns and not w.alive()
