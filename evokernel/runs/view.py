@@ -243,9 +243,7 @@ def _generation_rows(entries: list[Entry], complete: set[int]) -> list[Generatio
 def kernel_text(view: RunView, e: Entry) -> str:
     """'16.112x vs eager (0.5186 ms), 1.200x vs torch.compile, 369% of floor' for an accepted
     entry; its status for any other. The one text that ``show`` and ``report`` print for a
-    kernel. The torch.compile speedup is over the baseline the kernel was timed with (its
-    result's compile_ms; the run's only when the result has none): a run resumed before a
-    first baseline was cached measured it again (see ``compile_text``)."""
+    kernel (torch.compile: compile_speedup)."""
     r = e.result
     if r is None or not r.accepted:
         return e.status
@@ -260,7 +258,8 @@ def kernel_text(view: RunView, e: Entry) -> str:
 
 def compile_speedup(view: RunView, e: Entry) -> float | None:
     """An accepted entry's speedup over torch.compile: over the baseline it was timed with (its
-    result's compile_ms), else over the run's (RunView.compile_ms); None when neither was
+    result's compile_ms), else over the run's (RunView.compile_ms: a run resumed before a first
+    baseline was cached measured it again, see ``compile_text``); None when neither was
     measured or the entry is not accepted."""
     r = e.result
     if r is None or not r.accepted or not r.candidate_ms:
