@@ -257,17 +257,14 @@ def kernel_text(view: RunView, e: Entry) -> str:
 
 
 def compile_speedup(view: RunView, e: Entry) -> float | None:
-    """An accepted entry's speedup over torch.compile: over the baseline it was timed with (its
-    result's compile_ms), else over the run's (RunView.compile_ms: a run resumed before a first
-    baseline was cached measured it again, see ``compile_text``); None when neither was
-    measured or the entry is not accepted."""
+    """An accepted entry's speedup over the torch.compile baseline it was timed with, else over
+    the run's (a run resumed before its first baseline was cached measured one again, see
+    ``compile_text``); None when neither was measured or the entry is not accepted."""
     r = e.result
     if r is None or not r.accepted or not r.candidate_ms:
         return None
-    if r.compile_speedup:
-        return r.compile_speedup
     run_compile = view.compile_ms()
-    return run_compile / r.candidate_ms if run_compile else None
+    return r.compile_speedup or (run_compile / r.candidate_ms if run_compile else None)
 
 
 def floor_text(view: RunView) -> str:
