@@ -91,15 +91,29 @@ class WorkerHandle:
 
         Raises:
             ProblemError: the problem failed to set up (its message holds the worker's error).
+            WorkerClosed: ``close`` was called (from another thread) before it was ready.
         """
+        self._check_open("set-up")
         if self._pending_setup is None or not self.alive():
             self._spawn()
         setup, self._pending_setup = self._pending_setup, None
-        assert setup is not None and self._send is not None
+        send = self._send
         self.spawns += 1
         self._done = 0
-        protocol.send(self._send, setup)
+        try:
+            self._check_open("set-up")       # a close() since the spawn emptied the pipes
+            assert setup is not None and send is not None
+            protocol.send(send, setup)
+        except OSError:
+            self._check_open("set-up")
+            raise
         return self._ready()
+
+    def _check_open(self, what: str) -> None:
+        """Raises: WorkerClosed when ``close`` was called; ``what`` was cut short by it."""
+        if self._closed:
+            raise WorkerClosed(f"the evaluator was closed during the GPU worker's {what}; "
+                               "what it was evaluating stays pending")
 
     def _spawn(self) -> None:
         """A fresh worker process (in its jail), its pipes open, its set-up not yet sent."""
@@ -125,6 +139,7 @@ class WorkerHandle:
         """Wait for the set-up's answer. Raises: ProblemError (see ``start``)."""
         msg = self._wait(self.setup_timeout_s)
         if msg is None or msg.get("kind") != "ready":
+            self._check_open("set-up")       # a close() is no fault of the problem
             why = (msg or {}).get("error") or self._death_note("during set-up")
             self.kill()
             raise ProblemError(f"{self.setup_msg['problem']['path']}: the GPU worker could not "
@@ -182,24 +197,23 @@ class WorkerHandle:
             ProblemError: a respawned worker could not set the problem up again.
             WorkerClosed: ``close`` was called (from another thread) before the verdict came.
         """
-        if self._closed:            # no new worker after close()
-            raise WorkerClosed(f"the evaluator was closed before candidate {cand.id} was "
-                               "evaluated; it stays pending")
+        self._check_open(f"evaluation of {cand.id}")       # no new worker after close()
         if not self.alive() or self._done >= self.recycle_after:
             if self.alive():
                 logger.debug("recycling GPU worker after {} candidates", self._done)
             self.start()
-        assert self._send is not None
-        t0 = time.perf_counter()
+        send, t0 = self._send, time.perf_counter()
         try:
-            protocol.send(self._send, {"kind": "eval", "candidate": cand.to_dict()})
+            self._check_open(f"evaluation of {cand.id}")
+            if send is None:
+                raise OSError("the worker's pipe is closed")
+            protocol.send(send, {"kind": "eval", "candidate": cand.to_dict()})
         except OSError:
             return self._dead(cand, "the worker was gone before the candidate was sent")
         msg = self._wait(timeout_s)
         self._done += 1
-        if self._closed:            # a shutdown killed the worker: no timeout, no crash
-            raise WorkerClosed(f"the evaluator was closed while candidate {cand.id} was being "
-                               "evaluated; it stays pending")
+        # a shutdown killed the worker: no timeout, no crash
+        self._check_open(f"evaluation of {cand.id}")
         if msg is None:
             timed_out = time.perf_counter() - t0 >= timeout_s
             if timed_out and self.alive():
@@ -229,6 +243,7 @@ class WorkerHandle:
         return result
 
     def _dead(self, cand: Candidate, what: str) -> EvalResult:
+        self._check_open(f"evaluation of {cand.id}")    # a close() is no crash of the worker
         note = self._death_note("while evaluating")
         self.kill()
         return EvalResult.failure(cand.id, Reason.WORKER_CRASH, f"{what}: {note}",

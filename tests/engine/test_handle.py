@@ -124,3 +124,53 @@ def test_a_close_mid_candidate_gives_no_verdict_and_starts_no_worker(tmp_path):
     with pytest.raises(WorkerClosed):
         w.evaluate(cand("ok", 2), timeout_s=10)
     assert w.spawns == spawns and not w.alive()
+
+
+def test_a_close_during_a_respawns_set_up_is_no_fault_of_the_problem(tmp_path):
+    """The stop lands while the next candidate's worker is being set up again (after a hang):
+    WorkerClosed, not a ProblemError blaming the problem (a reviewer's race)."""
+    import threading
+    import time
+
+    from evokernel.errors import WorkerClosed
+    w = handle(tmp_path, name="slow")
+    assert w.evaluate(cand("ok", 1), timeout_s=20).accepted
+    assert w.evaluate(cand("hang"), timeout_s=1.5).reason is Reason.TIMEOUT
+    got = []
+
+    def gpu_thread():
+        try:
+            got.append(w.evaluate(cand("ok", 2), timeout_s=20))
+        except Exception as e:  # noqa: BLE001 -- which one is the point
+            got.append(e)
+    t = threading.Thread(target=gpu_thread)
+    t.start()
+    time.sleep(1.0)                  # inside start(): the set-up takes 3 s
+    w.close()
+    t.join(timeout=20)
+    assert len(got) == 1 and isinstance(got[0], WorkerClosed), got
+    assert "set-up" in str(got[0]) and not w.alive()
+
+
+def test_a_close_just_before_the_send_gives_no_worker_crash_verdict(tmp_path, monkeypatch):
+    """The stop lands between the evaluation's checks and the send of the candidate: the send
+    fails on the closed pipe, and that is WorkerClosed, never a worker_crash verdict the store
+    would keep (a reviewer's race)."""
+    import threading
+
+    import evokernel.engine.handle as handle_module
+    from evokernel.errors import WorkerClosed
+    w = handle(tmp_path)
+    assert w.evaluate(cand("ok", 1), timeout_s=10).accepted
+    real = handle_module.protocol.send
+
+    def send(conn, msg):
+        if msg.get("kind") == "eval":
+            closer = threading.Thread(target=w.close)
+            closer.start()
+            closer.join()
+        return real(conn, msg)
+    monkeypatch.setattr(handle_module.protocol, "send", send)
+    with pytest.raises(WorkerClosed):
+        w.evaluate(cand("ok", 2), timeout_s=10)
+    assert not w.alive()

@@ -1,7 +1,8 @@
 """A stand-in for evokernel.engine.worker that misbehaves on request (by the candidate's idea):
 "segfault" kills itself with SIGSEGV, "hang" sleeps forever, "fault" answers with a fatal
 CUDA fault and exits, "forge" answers for another candidate, "pickle" sends a pickle instead of
-JSON; anything else is accepted. Each answer carries the worker's pid."""
+JSON; anything else is accepted. Each answer carries the worker's pid. The problem "broken"
+fails its set-up; "slow" takes 3 s over it."""
 import os
 import signal
 import sys
@@ -25,6 +26,8 @@ def main(argv):
             if msg["problem"]["name"] == "broken":
                 protocol.send(conn_out, {"kind": "setup_error", "error": "NameError: name 'nn' is not defined"})
                 return 2
+            if msg["problem"]["name"] == "slow":     # a real set-up: torch, truths, baselines
+                time.sleep(3)
             protocol.send(conn_out, {"kind": "ready", "info": {"pid": os.getpid()}})
         elif msg["kind"] == "eval":
             cand = Candidate.from_dict(msg["candidate"])
