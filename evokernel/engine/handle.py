@@ -270,7 +270,8 @@ class WorkerHandle:
         """The worker's next message, or None on timeout or death (its pipe closed; the process
         may not have been reaped yet, so callers tell the two apart by the time waited)."""
         recv = self._recv      # kept: a close() from another thread sets self._recv to None
-        assert recv is not None
+        if recv is None:       # closed already: the caller's _check_open says so
+            return None
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
