@@ -1,6 +1,6 @@
 # evokernel: best kernel of run matmul for problem matmul
-# candidate 86447aa6f43cf2b3, generation 2, operator idea; speedup 0.952x over eager (2.6813 ms -> 2.8151 ms, 6305% of floor)
-# idea: [compute] Strip the non-FMA instructions out of the main loop. Drop the seed's per-K-tile part[] partial sums and the extra FADD per output per tile, and accumulate straight into acc with fmaf: the error is 0.2x against a 16x bound, and dropping part[] frees half of the accumulator registers for a bigger micro-tile. Add a template fast path kernel<true> for M%128==0, N%128==0, K%16==0 (4096 qualifies) with no bounds checks in the K loop. In it, global pointers advance by constant increments (A += BK, B += BK*N) instead of recomputing row*K+col, the K loop is unrolled by 2 so the ping-pong shared buffer offsets become compile-time constants, and the general bounds-checked kernel is used only for ragged shapes.
+# candidate d0516c9d1c6fd425, generation 3, operator tune; speedup 0.953x over eager (2.6814 ms -> 2.8140 ms, 6280% of floor)
+# idea: tune GROUP_M=4
 # check it: evokernel check matmul results/h200-2026-12-02-s11/frontier/matmul/best.py
 """Matmul C = A @ B, FP32, NVRTC form.
 
@@ -28,7 +28,7 @@ constexpr int NT = 256;
 constexpr int TM = 8;
 constexpr int TN = 8;
 constexpr int APAD = 4;         // tune: 0 4 8
-constexpr int GROUP_M = 8;      // tune: 1 4 8 16
+constexpr int GROUP_M = 4;      // tune: 1 4 8 16
 constexpr int MIN_BLOCKS = 2;   // tune: 1 2
 
 constexpr int AS_LD = BM + APAD;        // k-major A tile row stride (floats)

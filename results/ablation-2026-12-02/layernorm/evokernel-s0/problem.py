@@ -1,0 +1,29 @@
+"""LayerNorm((64, 256, 256)) with affine weight and bias on 16x64x256x256, over the last 3 dims."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A single nn.LayerNorm over the trailing `normalized_shape` dims."""
+
+    def __init__(self, normalized_shape: tuple):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x)
+
+
+batch_size = 16
+features = 64
+dim1 = 256
+dim2 = 256
+
+
+def get_inputs():
+    x = torch.randn(batch_size, features, dim1, dim2)
+    return [x]
+
+
+def get_init_inputs():
+    return [(features, dim1, dim2)]
