@@ -1,83 +1,139 @@
 # evokernel: best kernel of run branching-s0 for problem layernorm
-# candidate 09172338d6b5f7f1, generation 0, operator seed; speedup 16.322x over eager (8.0952 ms -> 0.4960 ms, 391% of floor)
-# idea: seed kernel (round-0 port)
+# candidate 0a2ee35f70def7cd, generation 1, operator idea; speedup 37.295x over eager (8.0783 ms -> 0.2166 ms, 165% of floor)
+# idea: [memory] Make ln_chunk_stats_kernel read x from memory only once by keeping the chunk in registers. With BLOCK=512 and CHUNK=8192, each thread issues CHUNK/(4*BLOCK)=4 independent float4 loads into a register array (a compile-time count with a guarded tail). It computes the chunk sum with a warp-shuffle plus 16-entry shared-memory reduction, then sum((v-mean)^2) from the same registers, so the two-pass stability stays without a second global read. It also swaps the log2(BLOCK) __syncthreads tree for shuffles.
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/branching-s0/best.py
-"""Seed kernel for layernorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row
-combine, then an elementwise normalize + affine kernel. The same kernels as
-``seeds/layernorm.py``, compiled with NVRTC (evokernel.nvrtc)."""
+"""LayerNorm, NVRTC form. (1) Per-(row, chunk) statistics with the chunk held in registers:
+each of BLOCK threads loads VPT float4s (CHUNK = BLOCK*VPT*4), the chunk sum and then
+sum((v - chunk_mean)^2) are computed from those registers (two-pass stability, one global read),
+using warp-shuffle + per-warp shared-memory reductions. (2) Per-row combine (exact M2
+decomposition). (3) Column-major normalize: each thread owns a float4 column slot, loads
+weight/bias once and walks all rows (ROW_UNROLL loads in flight), so weight/bias are read once."""
 import torch
 import torch.nn as nn
 
 from evokernel.nvrtc import compile_kernels
 
 cuda_src = r"""
-constexpr int BLOCK = 256;    // tune: 64 128 256 512 1024
-constexpr int CHUNK = 8192;   // tune: 1024 2048 4096 8192 16384 32768
-constexpr int EW_BLOCK = 256; // tune: 128 256 512 1024
+constexpr int BLOCK = 256;     // tune: 128 256 512 1024
+constexpr int VPT = 8;         // tune: 2 4 8 16
+constexpr int CHUNK = BLOCK * VPT * 4;
+constexpr int NWARPS = BLOCK / 32;
+constexpr int EW_BLOCK = 256;  // tune: 128 256 512 1024
+constexpr int ROW_UNROLL = 4;  // tune: 1 2 4 8
 
-// Tree reduction in shared memory over all BLOCK threads (any BLOCK >= 1); every thread gets
-// the result. `sh` holds BLOCK floats.
-__device__ float block_reduce_sum(float v, float* sh) {
-    sh[threadIdx.x] = v;
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Block-wide sum over BLOCK threads (BLOCK a multiple of 32, at most 1024); every thread gets
+// the result. `sh` holds NWARPS floats.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sh[warp] = v;
     __syncthreads();
-    int p = 1;
-    while (p < BLOCK) p <<= 1;
-    for (int s = p >> 1; s > 0; s >>= 1) {
-        if (threadIdx.x < s && threadIdx.x + s < BLOCK) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    const float r = sh[0];
+    float t = (lane < NWARPS) ? sh[lane] : 0.0f;
+    t = warp_sum(t);
     __syncthreads();
-    return r;
+    return t;
 }
 
 // Block b handles row b / nchunks, chunk c = b % nchunks: elements [c*CHUNK, min((c+1)*CHUNK, N)).
-// Two passes over the chunk: its sum, then sum((x - chunk_mean)^2) (stable on offset data).
-__global__ void ln_chunk_stats_kernel(const float* __restrict__ x, long long N, long long nchunks,
-                                      float* __restrict__ chunk_sum, float* __restrict__ chunk_m2) {
-    __shared__ float sh[BLOCK];
+// Element e of the chunk lives in thread (e/4) % BLOCK, register slot (e/4) / BLOCK, lane e % 4.
+template <bool VEC>
+__device__ __forceinline__ void chunk_stats_impl(const float* __restrict__ x, long long N,
+                                                 long long nchunks, float* __restrict__ chunk_sum,
+                                                 float* __restrict__ chunk_m2, float* sh) {
     const long long b = blockIdx.x;
     const long long r = b / nchunks, c = b % nchunks;
-    const long long start = c * CHUNK;
-    const int n = (N - start < CHUNK) ? (int)(N - start) : CHUNK;
+    const long long start = c * (long long)CHUNK;
+    const int n = (N - start < (long long)CHUNK) ? (int)(N - start) : CHUNK;
     const float* xc = x + r * N + start;
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < n; i += BLOCK) s += xc[i];
-    const float sum = block_reduce_sum(s, sh);
-    const float mean = sum / (float)n;
-    float q = 0.0f;
-    for (int i = threadIdx.x; i < n; i += BLOCK) {
-        const float d = xc[i] - mean;
-        q = fmaf(d, d, q);
+
+    float4 v[VPT];
+    if (VEC) {
+        // n is a multiple of 4 here (N % 4 == 0 and CHUNK % 4 == 0) and xc is 16-byte aligned.
+        const float4* x4 = reinterpret_cast<const float4*>(xc);
+        const int n4 = n >> 2;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const int idx = k * BLOCK + (int)threadIdx.x;
+            v[k] = (idx < n4) ? x4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const int e = (k * BLOCK + (int)threadIdx.x) * 4;
+            v[k].x = (e + 0 < n) ? xc[e + 0] : 0.0f;
+            v[k].y = (e + 1 < n) ? xc[e + 1] : 0.0f;
+            v[k].z = (e + 2 < n) ? xc[e + 2] : 0.0f;
+            v[k].w = (e + 3 < n) ? xc[e + 3] : 0.0f;
+        }
     }
-    const float m2 = block_reduce_sum(q, sh);
+
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    const float sum = block_sum(s, sh);
+    const float mean = sum / (float)n;
+
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int e = (k * BLOCK + (int)threadIdx.x) * 4;
+        const float d0 = (e + 0 < n) ? v[k].x - mean : 0.0f;
+        const float d1 = (e + 1 < n) ? v[k].y - mean : 0.0f;
+        const float d2 = (e + 2 < n) ? v[k].z - mean : 0.0f;
+        const float d3 = (e + 3 < n) ? v[k].w - mean : 0.0f;
+        q = fmaf(d0, d0, q);
+        q = fmaf(d1, d1, q);
+        q = fmaf(d2, d2, q);
+        q = fmaf(d3, d3, q);
+    }
+    const float m2 = block_sum(q, sh);
     if (threadIdx.x == 0) {
         chunk_sum[b] = sum;
         chunk_m2[b] = m2;
     }
 }
 
+__global__ void __launch_bounds__(BLOCK)
+ln_chunk_stats_vec4_kernel(const float* __restrict__ x, long long N, long long nchunks,
+                           float* __restrict__ chunk_sum, float* __restrict__ chunk_m2) {
+    __shared__ float sh[NWARPS];
+    chunk_stats_impl<true>(x, N, nchunks, chunk_sum, chunk_m2, sh);
+}
+
+__global__ void __launch_bounds__(BLOCK)
+ln_chunk_stats_kernel(const float* __restrict__ x, long long N, long long nchunks,
+                      float* __restrict__ chunk_sum, float* __restrict__ chunk_m2) {
+    __shared__ float sh[NWARPS];
+    chunk_stats_impl<false>(x, N, nchunks, chunk_sum, chunk_m2, sh);
+}
+
 // One block per row. mean = sum(chunk sums) / N; M2 = sum_c [M2_c + n_c (mean_c - mean)^2]
 // (exact decomposition of sum((x - mean)^2)); rstd = 1 / sqrt(M2 / N + eps) (biased variance).
-__global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
-                                  const float* __restrict__ chunk_m2, long long N,
-                                  long long nchunks, float eps, float* __restrict__ mean_out,
-                                  float* __restrict__ rstd_out) {
-    __shared__ float sh[BLOCK];
+__global__ void __launch_bounds__(BLOCK)
+ln_combine_kernel(const float* __restrict__ chunk_sum, const float* __restrict__ chunk_m2,
+                  long long N, long long nchunks, float eps, float* __restrict__ mean_out,
+                  float* __restrict__ rstd_out) {
+    __shared__ float sh[NWARPS];
     const long long r = blockIdx.x;
     const float* cs = chunk_sum + r * nchunks;
     const float* cm = chunk_m2 + r * nchunks;
     float s = 0.0f;
     for (long long c = threadIdx.x; c < nchunks; c += BLOCK) s += cs[c];
-    const float mean = block_reduce_sum(s, sh) / (float)N;
+    const float mean = block_sum(s, sh) / (float)N;
     float q = 0.0f;
     for (long long c = threadIdx.x; c < nchunks; c += BLOCK) {
-        const long long rest = N - c * CHUNK;
-        const float n_c = (float)(rest < CHUNK ? rest : CHUNK);
+        const long long rest = N - c * (long long)CHUNK;
+        const float n_c = (float)(rest < (long long)CHUNK ? rest : (long long)CHUNK);
         const float d = cs[c] / n_c - mean;
         q += cm[c] + n_c * d * d;
     }
-    const float m2 = block_reduce_sum(q, sh);
+    const float m2 = block_sum(q, sh);
     if (threadIdx.x == 0) {
         const float var = m2 / (float)N;
         mean_out[r] = mean;
@@ -85,28 +141,78 @@ __global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
     }
 }
 
-// y = (x - mean[r]) * rstd[r] * weight[i] + bias[i], for row r and flat index i within the row.
-// 2D grid: y over rows, x over the row; grid-stride loops in both, so any grid size is correct.
-__global__ void ln_normalize_kernel(const float* __restrict__ x, const float* __restrict__ mean,
-                                    const float* __restrict__ rstd,
-                                    const float* __restrict__ weight,
-                                    const float* __restrict__ bias, float* __restrict__ y,
-                                    long long rows, long long N) {
-    for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
-        const float m = mean[r], rs = rstd[r];
-        const float* xr = x + r * N;
-        float* yr = y + r * N;
-        for (long long i = (long long)blockIdx.x * EW_BLOCK + threadIdx.x; i < N;
-             i += (long long)gridDim.x * EW_BLOCK) {
-            yr[i] = (xr[i] - m) * rs * weight[i] + bias[i];
+__device__ __forceinline__ float4 norm4(float4 v, float m, float rs, float4 w, float4 b) {
+    float4 o;
+    o.x = (v.x - m) * rs * w.x + b.x;
+    o.y = (v.y - m) * rs * w.y + b.y;
+    o.z = (v.z - m) * rs * w.z + b.z;
+    o.w = (v.w - m) * rs * w.w + b.w;
+    return o;
+}
+
+// Column-major normalize over float4 slots: thread owns slot i of the row (grid-stride), loads
+// weight/bias once, then walks all rows with ROW_UNROLL independent loads in flight.
+__global__ void __launch_bounds__(EW_BLOCK)
+ln_normalize_vec4_kernel(const float* __restrict__ x, const float* __restrict__ mean,
+                         const float* __restrict__ rstd, const float* __restrict__ weight,
+                         const float* __restrict__ bias, float* __restrict__ y,
+                         long long rows, long long N4) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const float4* w4 = reinterpret_cast<const float4*>(weight);
+    const float4* b4 = reinterpret_cast<const float4*>(bias);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (long long i = (long long)blockIdx.x * EW_BLOCK + threadIdx.x; i < N4;
+         i += (long long)gridDim.x * EW_BLOCK) {
+        const float4 w = w4[i], bb = b4[i];
+        long long r = 0;
+        for (; r + ROW_UNROLL <= rows; r += ROW_UNROLL) {
+            float4 v[ROW_UNROLL];
+#pragma unroll
+            for (int k = 0; k < ROW_UNROLL; ++k) v[k] = x4[(r + k) * N4 + i];
+#pragma unroll
+            for (int k = 0; k < ROW_UNROLL; ++k) {
+                const float m = mean[r + k], rs = rstd[r + k];
+                y4[(r + k) * N4 + i] = norm4(v[k], m, rs, w, bb);
+            }
+        }
+        for (; r < rows; ++r) {
+            const float4 v = x4[r * N4 + i];
+            y4[r * N4 + i] = norm4(v, mean[r], rstd[r], w, bb);
+        }
+    }
+}
+
+// Scalar fallback (N % 4 != 0 or unaligned pointers), same column-major structure.
+__global__ void __launch_bounds__(EW_BLOCK)
+ln_normalize_kernel(const float* __restrict__ x, const float* __restrict__ mean,
+                    const float* __restrict__ rstd, const float* __restrict__ weight,
+                    const float* __restrict__ bias, float* __restrict__ y,
+                    long long rows, long long N) {
+    for (long long i = (long long)blockIdx.x * EW_BLOCK + threadIdx.x; i < N;
+         i += (long long)gridDim.x * EW_BLOCK) {
+        const float w = weight[i], bb = bias[i];
+        long long r = 0;
+        for (; r + ROW_UNROLL <= rows; r += ROW_UNROLL) {
+            float v[ROW_UNROLL];
+#pragma unroll
+            for (int k = 0; k < ROW_UNROLL; ++k) v[k] = x[(r + k) * N + i];
+#pragma unroll
+            for (int k = 0; k < ROW_UNROLL; ++k) {
+                y[(r + k) * N + i] = (v[k] - mean[r + k]) * rstd[r + k] * w + bb;
+            }
+        }
+        for (; r < rows; ++r) {
+            y[r * N + i] = (x[r * N + i] - mean[r]) * rstd[r] * w + bb;
         }
     }
 }
 """
 
-kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_combine_kernel",
+kernels = compile_kernels(cuda_src, ["ln_chunk_stats_vec4_kernel", "ln_chunk_stats_kernel",
+                                     "ln_combine_kernel", "ln_normalize_vec4_kernel",
                                      "ln_normalize_kernel"])
-BLOCK, CHUNK, EW_BLOCK = (kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK"))
+BLOCK, VPT, EW_BLOCK = (kernels.constant(n) for n in ("BLOCK", "VPT", "EW_BLOCK"))
+CHUNK = BLOCK * VPT * 4
 
 
 class ModelNew(nn.Module):
@@ -129,14 +235,22 @@ class ModelNew(nn.Module):
         nchunks = (n + CHUNK - 1) // CHUNK
         if rows * nchunks >= 1 << 31:
             raise ValueError("layernorm: too many (row, chunk) blocks")
+        vec = (n % 4 == 0 and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
+               and b.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0)
         chunk_sum = torch.empty(rows * nchunks, device=x.device, dtype=x.dtype)
         chunk_m2 = torch.empty_like(chunk_sum)
         mean = torch.empty(rows, device=x.device, dtype=x.dtype)
         rstd = torch.empty_like(mean)
-        kernels.ln_chunk_stats_kernel.launch(rows * nchunks, BLOCK, x, n, nchunks, chunk_sum,
-                                             chunk_m2)
+        stats = kernels.ln_chunk_stats_vec4_kernel if vec else kernels.ln_chunk_stats_kernel
+        stats.launch(rows * nchunks, BLOCK, x, n, nchunks, chunk_sum, chunk_m2)
         kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks,
                                          float(self.ln.eps), mean, rstd)
-        grid = (min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30), min(rows, 65535))
-        kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)
+        if vec:
+            n4 = n // 4
+            grid = min((n4 + EW_BLOCK - 1) // EW_BLOCK, 1 << 30)
+            kernels.ln_normalize_vec4_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y,
+                                                    rows, n4)
+        else:
+            grid = min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30)
+            kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)
         return y

@@ -1,10 +1,10 @@
 # evokernel: best kernel of run sequential-s0 for problem layernorm
-# candidate 09172338d6b5f7f1, generation 0, operator seed; speedup 16.301x over eager (8.0941 ms -> 0.4965 ms, 391% of floor)
-# idea: seed kernel (round-0 port)
+# candidate 63f284c6398001c7, generation 1, operator idea; speedup 35.022x over eager (8.0815 ms -> 0.2308 ms, 176% of floor)
+# idea: [memory] Rewrite ln_normalize_kernel as a column-major, float4-vectorized sweep. Each thread owns 4 consecutive columns i (one float4), loads weight[i..i+3] and bias[i..i+3] into registers once, and then loops over all rows r (stride N floats, with mean/rstd for every row staged in shared memory at block start). In each iteration it issues 4 rows' float4 loads of x at once (unrolled by 4, using __ldcs streaming loads) before doing the FMA math and the __stcs float4 stores to y. Use grid = ceil(N/4 / EW_BLOCK) 1-D blocks (4096 blocks of 256 for N=4M) with a scalar tail for N % 4, so that the 32 MB of weight+bias is read from DRAM once instead of 16 times through L2, the 64-bit index math is hoisted, and every warp moves 512 B per request (today the kernel spends 440 us, about 3.4x the 128 us floor for this pass).
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/sequential-s0/best.py
-"""Seed kernel for layernorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row
-combine, then an elementwise normalize + affine kernel. The same kernels as
-``seeds/layernorm.py``, compiled with NVRTC (evokernel.nvrtc)."""
+"""LayerNorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row combine, then a
+column-major float4 normalize + affine sweep (each thread owns 4 columns, holds their weight and
+bias in registers and walks every row), with a scalar fallback for unaligned shapes."""
 import torch
 import torch.nn as nn
 
@@ -14,6 +14,8 @@ cuda_src = r"""
 constexpr int BLOCK = 256;    // tune: 64 128 256 512 1024
 constexpr int CHUNK = 8192;   // tune: 1024 2048 4096 8192 16384 32768
 constexpr int EW_BLOCK = 256; // tune: 128 256 512 1024
+constexpr int ROW_UNROLL = 4; // tune: 1 2 4 8
+constexpr int SH_ROWS = 1024; // rows of mean/rstd staged in shared memory per tile
 
 // Tree reduction in shared memory over all BLOCK threads (any BLOCK >= 1); every thread gets
 // the result. `sh` holds BLOCK floats.
@@ -85,8 +87,75 @@ __global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
     }
 }
 
+__device__ __forceinline__ float4 ln_affine4(float4 v, float m, float rs, float4 w, float4 b) {
+    float4 o;
+    o.x = fmaf((v.x - m) * rs, w.x, b.x);
+    o.y = fmaf((v.y - m) * rs, w.y, b.y);
+    o.z = fmaf((v.z - m) * rs, w.z, b.z);
+    o.w = fmaf((v.w - m) * rs, w.w, b.w);
+    return o;
+}
+
+// Column-major float4 sweep. Thread j owns columns [4j, 4j+4) of every row (N4 = N / 4 float4s
+// per row; requires N % 4 == 0 and 16-byte aligned pointers, checked on the host). weight and
+// bias for those columns are loaded once into registers; mean/rstd are staged in shared memory
+// in tiles of SH_ROWS rows; rows are processed ROW_UNROLL at a time with all loads issued first.
+__global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
+                                         const float* __restrict__ mean,
+                                         const float* __restrict__ rstd,
+                                         const float* __restrict__ weight,
+                                         const float* __restrict__ bias, float* __restrict__ y,
+                                         long long rows, long long N4) {
+    __shared__ float sh_m[SH_ROWS];
+    __shared__ float sh_r[SH_ROWS];
+    const long long j = (long long)blockIdx.x * EW_BLOCK + threadIdx.x;
+    const bool active = j < N4;
+    float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 bb = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (active) {
+        w = __ldg(reinterpret_cast<const float4*>(weight) + j);
+        bb = __ldg(reinterpret_cast<const float4*>(bias) + j);
+    }
+    const float4* xp = reinterpret_cast<const float4*>(x) + j;
+    float4* yp = reinterpret_cast<float4*>(y) + j;
+
+    for (long long r0 = 0; r0 < rows; r0 += SH_ROWS) {
+        const long long left = rows - r0;
+        const int nr = left < (long long)SH_ROWS ? (int)left : SH_ROWS;
+        __syncthreads();  // previous tile fully consumed
+        for (int t = threadIdx.x; t < nr; t += EW_BLOCK) {
+            sh_m[t] = mean[r0 + t];
+            sh_r[t] = rstd[r0 + t];
+        }
+        __syncthreads();
+        if (active) {
+            const float4* xr = xp + r0 * N4;
+            float4* yr = yp + r0 * N4;
+            int t = 0;
+            for (; t + ROW_UNROLL <= nr; t += ROW_UNROLL) {
+                float4 v[ROW_UNROLL];
+#pragma unroll
+                for (int u = 0; u < ROW_UNROLL; ++u) v[u] = __ldcs(xr + (long long)u * N4);
+#pragma unroll
+                for (int u = 0; u < ROW_UNROLL; ++u) {
+                    const float4 o = ln_affine4(v[u], sh_m[t + u], sh_r[t + u], w, bb);
+                    __stcs(yr + (long long)u * N4, o);
+                }
+                xr += (long long)ROW_UNROLL * N4;
+                yr += (long long)ROW_UNROLL * N4;
+            }
+            for (; t < nr; ++t) {
+                const float4 v = __ldcs(xr);
+                __stcs(yr, ln_affine4(v, sh_m[t], sh_r[t], w, bb));
+                xr += N4;
+                yr += N4;
+            }
+        }
+    }
+}
+
+// Scalar fallback (unaligned pointers or N % 4 != 0).
 // y = (x - mean[r]) * rstd[r] * weight[i] + bias[i], for row r and flat index i within the row.
-// 2D grid: y over rows, x over the row; grid-stride loops in both, so any grid size is correct.
 __global__ void ln_normalize_kernel(const float* __restrict__ x, const float* __restrict__ mean,
                                     const float* __restrict__ rstd,
                                     const float* __restrict__ weight,
@@ -98,14 +167,14 @@ __global__ void ln_normalize_kernel(const float* __restrict__ x, const float* __
         float* yr = y + r * N;
         for (long long i = (long long)blockIdx.x * EW_BLOCK + threadIdx.x; i < N;
              i += (long long)gridDim.x * EW_BLOCK) {
-            yr[i] = (xr[i] - m) * rs * weight[i] + bias[i];
+            yr[i] = fmaf((xr[i] - m) * rs, weight[i], bias[i]);
         }
     }
 }
 """
 
 kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_combine_kernel",
-                                     "ln_normalize_kernel"])
+                                     "ln_normalize_vec4_kernel", "ln_normalize_kernel"])
 BLOCK, CHUNK, EW_BLOCK = (kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK"))
 
 
@@ -117,7 +186,8 @@ class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.ln.weight, self.ln.bias
         if not (x.is_cuda and x.dtype == torch.float32 and x.dim() >= w.dim()
-                and tuple(x.shape[x.dim() - w.dim():]) == tuple(w.shape)):
+                and tuple(x.shape[x.dim() - w.dim():]) == tuple(w.shape)
+                and w.dtype == torch.float32 and b.dtype == torch.float32):
             raise ValueError("layernorm: x must be a float32 CUDA tensor whose trailing dims "
                              "are normalized_shape")
         x, w, b = x.contiguous(), w.contiguous(), b.contiguous()
@@ -137,6 +207,14 @@ class ModelNew(nn.Module):
                                              chunk_m2)
         kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks,
                                          float(self.ln.eps), mean, rstd)
-        grid = (min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30), min(rows, 65535))
-        kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)
+        aligned = (n % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
+                   and w.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
+        n4 = n // 4
+        if aligned and (n4 + EW_BLOCK - 1) // EW_BLOCK < (1 << 31):
+            grid = (n4 + EW_BLOCK - 1) // EW_BLOCK
+            kernels.ln_normalize_vec4_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y,
+                                                    rows, n4)
+        else:
+            grid = (min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30), min(rows, 65535))
+            kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)
         return y

@@ -1,19 +1,20 @@
 # evokernel: best kernel of run sequential-s1 for problem layernorm
-# candidate 09172338d6b5f7f1, generation 0, operator seed; speedup 16.316x over eager (8.0972 ms -> 0.4963 ms, 391% of floor)
-# idea: seed kernel (round-0 port)
+# candidate 26d06cc0d88cf728, generation 1, operator idea; speedup 33.440x over eager (8.0812 ms -> 0.2417 ms, 184% of floor)
+# idea: [memory] Rewrite ln_normalize_kernel (84% of the time) as a column-tiled, float4-vectorized kernel: a 1D grid of ceil(N / (EW_BLOCK*4*VEC_PER_THREAD)) blocks (VEC_PER_THREAD = 2, tune: 1 2 4), each thread loads its VEC_PER_THREAD float4s of weight and bias into registers once, then loops over all rows (the 16 rows, mean/rstd read as scalars per row) doing coalesced float4 loads of x and float4 stores of y with 32-bit in-row offsets and fmaf((x - m) * rs, w, b). This cuts weight/bias traffic from once per row (16x32 MB) to once in total (32 MB) and turns the 4-byte scalar accesses into 16-byte transactions; add a scalar tail path for N % 4 != 0 or unaligned pointers.
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/sequential-s1/best.py
-"""Seed kernel for layernorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row
-combine, then an elementwise normalize + affine kernel. The same kernels as
-``seeds/layernorm.py``, compiled with NVRTC (evokernel.nvrtc)."""
+"""Layernorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row combine, then a
+column-tiled float4 normalize + affine kernel (weight/bias held in registers across all rows),
+with a scalar normalize kernel as the fallback for N % 4 != 0 or unaligned pointers."""
 import torch
 import torch.nn as nn
 
 from evokernel.nvrtc import compile_kernels
 
 cuda_src = r"""
-constexpr int BLOCK = 256;    // tune: 64 128 256 512 1024
-constexpr int CHUNK = 8192;   // tune: 1024 2048 4096 8192 16384 32768
-constexpr int EW_BLOCK = 256; // tune: 128 256 512 1024
+constexpr int BLOCK = 256;         // tune: 64 128 256 512 1024
+constexpr int CHUNK = 8192;        // tune: 1024 2048 4096 8192 16384 32768
+constexpr int EW_BLOCK = 256;      // tune: 128 256 512 1024
+constexpr int VEC_PER_THREAD = 2;  // tune: 1 2 4
 
 // Tree reduction in shared memory over all BLOCK threads (any BLOCK >= 1); every thread gets
 // the result. `sh` holds BLOCK floats.
@@ -85,8 +86,60 @@ __global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
     }
 }
 
-// y = (x - mean[r]) * rstd[r] * weight[i] + bias[i], for row r and flat index i within the row.
-// 2D grid: y over rows, x over the row; grid-stride loops in both, so any grid size is correct.
+// Vectorized normalize: requires N % 4 == 0, 16-byte aligned x, y, weight, bias, N/4 < 2^30.
+// Block b owns float4 columns [b*EW_BLOCK*VEC_PER_THREAD, (b+1)*EW_BLOCK*VEC_PER_THREAD) of
+// every row; each thread keeps its VEC_PER_THREAD float4s of weight and bias in registers and
+// walks all rows, so weight/bias are read once in total. In-row offsets are 32-bit.
+__global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
+                                         const float* __restrict__ mean,
+                                         const float* __restrict__ rstd,
+                                         const float* __restrict__ weight,
+                                         const float* __restrict__ bias, float* __restrict__ y,
+                                         long long rows, long long N4) {
+    const int n4 = (int)N4;
+    const int base = (int)blockIdx.x * (EW_BLOCK * VEC_PER_THREAD) + (int)threadIdx.x;
+    const float4* w4 = reinterpret_cast<const float4*>(weight);
+    const float4* b4 = reinterpret_cast<const float4*>(bias);
+    float4 wv[VEC_PER_THREAD], bv[VEC_PER_THREAD];
+#pragma unroll
+    for (int v = 0; v < VEC_PER_THREAD; ++v) {
+        const int i = base + v * EW_BLOCK;
+        if (i < n4) {
+            wv[v] = __ldg(w4 + i);
+            bv[v] = __ldg(b4 + i);
+        } else {
+            wv[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            bv[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    for (long long r = 0; r < rows; ++r) {
+        const float m = __ldg(mean + r), rs = __ldg(rstd + r);
+        const float4* xr = reinterpret_cast<const float4*>(x) + r * N4;
+        float4* yr = reinterpret_cast<float4*>(y) + r * N4;
+        float4 xv[VEC_PER_THREAD];
+#pragma unroll
+        for (int v = 0; v < VEC_PER_THREAD; ++v) {
+            const int i = base + v * EW_BLOCK;
+            if (i < n4) xv[v] = __ldcs(xr + i);
+            else xv[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int v = 0; v < VEC_PER_THREAD; ++v) {
+            const int i = base + v * EW_BLOCK;
+            if (i < n4) {
+                float4 o;
+                o.x = fmaf((xv[v].x - m) * rs, wv[v].x, bv[v].x);
+                o.y = fmaf((xv[v].y - m) * rs, wv[v].y, bv[v].y);
+                o.z = fmaf((xv[v].z - m) * rs, wv[v].z, bv[v].z);
+                o.w = fmaf((xv[v].w - m) * rs, wv[v].w, bv[v].w);
+                __stcs(yr + i, o);
+            }
+        }
+    }
+}
+
+// Scalar fallback: y = (x - mean[r]) * rstd[r] * weight[i] + bias[i], for row r and flat index
+// i within the row. 2D grid: y over rows, x over the row; grid-stride loops in both.
 __global__ void ln_normalize_kernel(const float* __restrict__ x, const float* __restrict__ mean,
                                     const float* __restrict__ rstd,
                                     const float* __restrict__ weight,
@@ -98,15 +151,16 @@ __global__ void ln_normalize_kernel(const float* __restrict__ x, const float* __
         float* yr = y + r * N;
         for (long long i = (long long)blockIdx.x * EW_BLOCK + threadIdx.x; i < N;
              i += (long long)gridDim.x * EW_BLOCK) {
-            yr[i] = (xr[i] - m) * rs * weight[i] + bias[i];
+            yr[i] = fmaf((xr[i] - m) * rs, weight[i], bias[i]);
         }
     }
 }
 """
 
 kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_combine_kernel",
-                                     "ln_normalize_kernel"])
-BLOCK, CHUNK, EW_BLOCK = (kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK"))
+                                     "ln_normalize_vec4_kernel", "ln_normalize_kernel"])
+BLOCK, CHUNK, EW_BLOCK, VEC_PER_THREAD = (
+    kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK", "VEC_PER_THREAD"))
 
 
 class ModelNew(nn.Module):
@@ -137,6 +191,15 @@ class ModelNew(nn.Module):
                                              chunk_m2)
         kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks,
                                          float(self.ln.eps), mean, rstd)
-        grid = (min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30), min(rows, 65535))
-        kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)
+        use_vec = (n % 4 == 0 and n // 4 < (1 << 30)
+                   and all(t.data_ptr() % 16 == 0 for t in (x, y, w, b)))
+        if use_vec:
+            n4 = n // 4
+            per_block = EW_BLOCK * VEC_PER_THREAD
+            grid = (n4 + per_block - 1) // per_block
+            kernels.ln_normalize_vec4_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y,
+                                                    rows, n4)
+        else:
+            grid = (min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30), min(rows, 65535))
+            kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)
         return y
