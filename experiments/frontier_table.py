@@ -14,6 +14,9 @@ one falls short, "not measured" when the figure it needs is missing (no torch.co
 "no kernel" when nothing was accepted. A do_bench JSON must name the run's best kernel
 (``candidate_id``, written by do_bench_best.py) or, in older files without it, the run folder.
 A run whose replies a stand-in wrote, or that the fake evaluator judged, is marked in its row.
+When the SASS audit (evokernel.build.sass) found instructions below FP32 in a best kernel, the
+table names them and the best accepted kernel without any (the audit flags, the gate judges the
+outputs: docs/architecture.md, The evaluation, as stages).
 
 Beside them: CRFM's published figures on an L40S (their blog post "Surprisingly Fast AI-Generated
 Kernels We Didn't Mean to Publish (Yet)", Stanford CRFM, 2025-05-28; % of PyTorch eager, other
@@ -77,7 +80,10 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
                        "kernel_ms": res.candidate_ms, "vs_eager": res.speedup,
                        "vs_compile": vs_compile,
                        "pct_of_floor": res.pct_of_floor,
-                       "norm_ratio": res.norm_error_ratio, "max_ratio": res.max_error_ratio}
+                       "norm_ratio": res.norm_error_ratio, "max_ratio": res.max_error_ratio,
+                       "below_fp32": [f"{f.opcode} x{f.count} ({f.kernel.split('(')[0]})"
+                                      for f in res.precision_audit]}
+        out["best_without_below_fp32"] = _best_without_below_fp32(view, best)
     bench = bench_file or run_dir / "do_bench.json"
     out["do_bench"] = (read_bench(bench, run_dir, out["best"]["id"] if out["best"] else None)
                        if bench.is_file() else None)
@@ -85,6 +91,21 @@ def row(run_dir: Path, bench_file: Path | None = None) -> dict[str, Any]:
     out["crfm_l40s_pct"] = CRFM_L40S_PCT.get(problem)
     out["crfm_on_h200"] = CRFM_ON_H200.get(problem)
     return out
+
+
+def _best_without_below_fp32(view: Any, best: Any) -> dict[str, Any] | None:
+    """When the SASS audit found instructions below FP32 in the best kernel (e.g. error-
+    compensated 3xTF32 tensor-core products, whose outputs meet the FP32 bound), the best
+    accepted kernel in which it found none: {id, vs_eager, vs_compile}; else None."""
+    from evokernel.runs.view import compile_speedup
+    if not best.result.precision_audit:
+        return None
+    plain = [e for e in view.entries
+             if e.result is not None and e.result.accepted and not e.result.precision_audit]
+    if not plain:
+        return None
+    e = max(plain, key=lambda e: e.speedup)
+    return {"id": e.id, "vs_eager": e.speedup, "vs_compile": compile_speedup(view, e)}
 
 
 def _read_store(run_dir: Path) -> tuple[dict[str, Any], Any]:
@@ -102,7 +123,8 @@ def _read_store(run_dir: Path) -> tuple[dict[str, Any], Any]:
         "accepted": sum(e.status == "accepted" for e in view.entries),
         "tokens": int(usage["prompt_tokens"] + usage["completion_tokens"]),
         "llm_calls": int(usage["calls"]), "device": device,
-        "answered_by": answered_by_line(usage), "best": None, "marks": [],
+        "answered_by": answered_by_line(usage), "best": None,
+        "best_without_below_fp32": None, "marks": [],
         "warnings": [w for w in (scripted_note(usage),) if w]}
     if usage.get("scripted"):
         out["marks"].append("SCRIPTED")
@@ -190,6 +212,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(f"- {r['problem']}: " + (
             f"{r['run_dir']} {b['id']}, generation {b['generation']}, {b['operator']}: "
             f"{b['idea'] or '-'}" if b else f"{r['run_dir']}: no kernel accepted"))
+        if b and b.get("below_fp32"):
+            plain = r.get("best_without_below_fp32")
+            lines.append("  - **below-FP32 instructions in its SASS: " + ", ".join(b["below_fp32"])
+                         + " (the audit flags them; the gate judges the outputs, which meet the "
+                         "FP32 bound). " + (
+                             f"Best kernel without any: {plain['id']}, "
+                             f"{plain['vs_eager']:.3f}x eager, "
+                             + (f"{plain['vs_compile']:.3f}x torch.compile**"
+                                if plain["vs_compile"] else "torch.compile not measured**")
+                             if plain else "No accepted kernel is without them.**"))
         lines += [f"  - **{w}**" for w in r["warnings"]]
         if r["answered_by"]:
             lines.append(f"  - replies answered by: {r['answered_by']}")

@@ -135,3 +135,39 @@ def test_a_fake_evaluators_run_is_marked_and_bad_input_named(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert table.main([str(tmp_path / "softmax"), "--out", str(tmp_path / "file")]) == 2
     assert "cannot write the table there" in capsys.readouterr().err
+
+
+def test_below_fp32_instructions_in_the_best_are_named_with_the_best_without(tmp_path):
+    """A best kernel whose SASS holds TF32 tensor-core instructions (3xTF32 that meets the FP32
+    bound) is accepted by the gate; the table says so and names the best kernel without them."""
+    from evokernel.records import PrecisionFinding
+    run = tmp_path / "c2rmp"
+    prob = Problem(name="conv2d_relu_maxpool", path=tmp_path / "p.py", source="# reference\n")
+    store = RunStore.create(run, RunConfig(problem="conv2d_relu_maxpool", run_dir=str(run)), prob)
+    store.set_meta("device", {"device": "NVIDIA H200"})
+    seed = kernel("seed", "seed kernel (round-0 port)", operator="seed")
+    plain = kernel("p", "[memory] vectorise the pool", (seed,), generation=1)
+    tc = kernel("t", "[compute] 3xTF32 mma.sync", (plain,), generation=2)
+    hmma = PrecisionFinding(kernel="conv_mma(float const*)", opcode="HMMA.1688.F32.TF32",
+                            kind="tensor_core", precision="tf32", count=336)
+    for c, ms, audit in ((seed, 4.0, ()), (plain, 1.0, ()), (tc, 0.8, (hmma,))):
+        store.add_candidate(c)
+        store.add_result(EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+                                    reference_ms=2.0, compile_ms=1.6, candidate_ms=ms,
+                                    floor_ms=0.5, norm_error_ratio=0.5, max_error_ratio=0.4,
+                                    tolerance_factor=16.0, precision_audit=audit))
+    store.end_generation(0, [seed.id], seed.id, 0.5, 1, 1)
+    store.end_generation(1, [plain.id, seed.id], plain.id, 2.0, 1, 2)
+    store.end_generation(2, [tc.id, plain.id], tc.id, 2.5, 1, 3)
+    store.close()
+    r = table.row(run)
+    assert r["best"]["id"] == tc.id
+    assert r["best"]["below_fp32"] == ["HMMA.1688.F32.TF32 x336 (conv_mma)"]
+    assert r["best_without_below_fp32"] == {"id": plain.id, "vs_eager": 2.0, "vs_compile": 1.6}
+    md = table.markdown([r])
+    assert "HMMA.1688.F32.TF32 x336" in md and f"Best kernel without any: {plain.id}, 2.000x" in md
+    # a clean best: nothing said
+    softmax_run(tmp_path / "softmax")
+    r2 = table.row(tmp_path / "softmax")
+    assert r2["best"]["below_fp32"] == [] and r2["best_without_below_fp32"] is None
+    assert "below-FP32" not in table.markdown([r2])
