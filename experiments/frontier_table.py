@@ -189,6 +189,20 @@ def judge(problem: str, best: dict[str, Any] | None, bench: dict[str, Any] | Non
     return words, "met" if other is not None else "met by the run's timing only"
 
 
+def _below_fp32_line(found: list[str], plain: dict[str, Any] | None) -> str:
+    """The bullet under a best kernel whose SASS holds instructions below FP32 (``found``),
+    naming the best accepted kernel without any (``plain``, from _best_without_below_fp32)."""
+    if plain is None:
+        other = "No accepted kernel is without them."
+    else:
+        compile_ = (f"{plain['vs_compile']:.3f}x torch.compile" if plain["vs_compile"]
+                    else "torch.compile not measured")
+        other = (f"Best kernel without any: {plain['id']}, {plain['vs_eager']:.3f}x eager, "
+                 f"{compile_}")
+    return (f"  - **below-FP32 instructions in its SASS: {', '.join(found)} (the audit flags "
+            f"them; the gate judges the outputs, which meet the FP32 bound). {other}**")
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     def x(v: Any, spec: str = ".3f", unit: str = "x") -> str:
         return "-" if v is None else f"{v:{spec}}{unit}"
@@ -213,15 +227,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{r['run_dir']} {b['id']}, generation {b['generation']}, {b['operator']}: "
             f"{b['idea'] or '-'}" if b else f"{r['run_dir']}: no kernel accepted"))
         if b and b.get("below_fp32"):
-            plain = r.get("best_without_below_fp32")
-            lines.append("  - **below-FP32 instructions in its SASS: " + ", ".join(b["below_fp32"])
-                         + " (the audit flags them; the gate judges the outputs, which meet the "
-                         "FP32 bound). " + (
-                             f"Best kernel without any: {plain['id']}, "
-                             f"{plain['vs_eager']:.3f}x eager, "
-                             + (f"{plain['vs_compile']:.3f}x torch.compile**"
-                                if plain["vs_compile"] else "torch.compile not measured**")
-                             if plain else "No accepted kernel is without them.**"))
+            lines.append(_below_fp32_line(b["below_fp32"], r.get("best_without_below_fp32")))
         lines += [f"  - **{w}**" for w in r["warnings"]]
         if r["answered_by"]:
             lines.append(f"  - replies answered by: {r['answered_by']}")

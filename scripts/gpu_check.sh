@@ -266,9 +266,9 @@ while next_stage; do
               echo "frontier: evokernel advance exit ${PIPESTATUS[0]} (0: every run went on; 1: a run found nothing; 2: a run could not start, named above; 124: LIMIT)" \
                 | tee -a "$R/frontier.txt"
               for pair in $pairs; do
-                # the run's path under FRONTIER_ROOT, "/" as "-": an ablation's runs share
-                # names across problems (softmax/evokernel-s0, layernorm/evokernel-s0)
                 run=${pair%%=*}; batch=${pair#*=}; name=$(basename "$run")
+                # under FRONTIER_ROOT, the run's path there with "/" as "-": an ablation's runs
+                # share names across problems (softmax/evokernel-s0, layernorm/evokernel-s0)
                 if [ -z "${FRONTIER_RUN:-}" ]; then name=${run#"$FRONTIER_ROOT"/}; name=${name//\//-}; fi
                 $EK show "$run" >"$R/show_frontier-$name.txt" 2>&1
                 tail -12 "$R/show_frontier-$name.txt"; packed="$packed $run $batch"
