@@ -1,19 +1,26 @@
 # evokernel: best kernel of run sequential-s1 for problem softmax
-# candidate 9c5bf92bfd8d7a6f, generation 0, operator seed; speedup 0.544x over eager (1.0528 ms -> 1.9355 ms, 405% of floor)
-# idea: seed kernel (round-0 port)
+# candidate a95c55584067792f, generation 1, operator idea; speedup 1.589x over eager (1.0520 ms -> 0.6619 ms, 138% of floor)
+# idea: Read x from HBM exactly once by keeping each row in registers: split each 65536-float row over a thread-block cluster of 4 blocks (`__cluster_dims__(4,1,1)`, grid 4*rows) of 512 threads, where each thread loads 8 coalesced float4 (32 floats, index = (blockRank*512*8 + k*512 + tid)*4 for k=0..7) into a fully unrolled register array. Each block then computes its max and its sum of expf(v - max) with warp-shuffle + shared-memory reductions, publishes the (max, sum) pair in shared memory, exchanges it with the other 3 blocks through distributed shared memory (cluster.map_shared_rank + cluster.sync), combines the pairs as sum_b s_b*expf(m_b - M), and writes y = expf(v - M) * (1/S) from the registers as float4 stores, replacing the current 3 strided scalar passes over x (about 3 reads + 1 write per element) with 1 read + 1 write.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s1/best.py
-"""Seed kernel for softmax (dim=1), NVRTC form: one block per row; block max, block sum of exp,
-then write. The same kernel as ``seeds/softmax.py``, compiled with NVRTC (evokernel.nvrtc)."""
+"""Softmax (dim=1), NVRTC form. Fast path: one thread-block cluster per row. Each block keeps its
+slice of the row in registers (x is read from HBM exactly once), computes its (max, sum-of-exp)
+pair, exchanges the pairs with the other blocks of the cluster through distributed shared memory,
+combines them as S = sum_b s_b * exp(m_b - M), and writes y = exp(v - M) * (1/S) from registers.
+Fallback (other shapes / alignments): the seed's one-block-per-row kernel."""
 import torch
 import torch.nn as nn
 
 from evokernel.nvrtc import compile_kernels
 
 cuda_src = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// ---------------------------------------------------------------------------------------------
+// Fallback: seed kernel (one block per row, three strided passes).
+// ---------------------------------------------------------------------------------------------
 constexpr int BLOCK = 256;  // tune: 64 128 256 512 1024
 
-// Tree reduction in shared memory over all BLOCK threads; valid for any BLOCK >= 1.
-// Every thread gets the result. `sh` holds BLOCK floats.
 __device__ float block_reduce_max(float v, float* sh) {
     sh[threadIdx.x] = v;
     __syncthreads();
@@ -28,7 +35,7 @@ __device__ float block_reduce_max(float v, float* sh) {
         __syncthreads();
     }
     const float r = sh[0];
-    __syncthreads();   // sh may be reused right after
+    __syncthreads();
     return r;
 }
 
@@ -46,7 +53,6 @@ __device__ float block_reduce_sum(float v, float* sh) {
     return r;
 }
 
-// y[r][i] = exp(x[r][i] - max_r) / sum_j exp(x[r][j] - max_r). One block per row.
 __global__ void softmax_row_kernel(const float* __restrict__ x, float* __restrict__ y,
                                    long long rows, long long cols) {
     __shared__ float sh[BLOCK];
@@ -65,10 +71,132 @@ __global__ void softmax_row_kernel(const float* __restrict__ x, float* __restric
         for (long long i = threadIdx.x; i < cols; i += BLOCK) yr[i] = expf(xr[i] - m) / s;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fast path: one cluster of CLUSTER blocks per row, row held in registers.
+// ---------------------------------------------------------------------------------------------
+constexpr int CLUSTER = 4;      // tune: 2 4 8
+constexpr int THREADS = 512;    // tune: 256 512 1024
+#define MIN_BLOCKS 2            // tune: 1 2
+constexpr int ROW_CAP = 65536;  // max row length the fast path holds in registers
+constexpr int VEC = ROW_CAP / (4 * CLUSTER * THREADS);   // float4 per thread
+constexpr int NWARPS = THREADS / 32;
+static_assert(VEC >= 1 && VEC * 4 * CLUSTER * THREADS == ROW_CAP, "bad fast-path sizes");
+static_assert(THREADS % 32 == 0, "THREADS must be a multiple of 32");
+
+__device__ __forceinline__ float nan_max(float a, float b) {
+    return (b > a || isnan(b)) ? b : a;   // NaN-propagating max
+}
+
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
+softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long long cols) {
+    __shared__ float s_max[NWARPS];
+    __shared__ float s_sum[NWARPS];
+    __shared__ float2 s_pair;
+
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned int rank = cluster.block_rank();
+    const long long row = (long long)(blockIdx.x / CLUSTER);
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const float NEG_INF = -__int_as_float(0x7f800000);
+
+    const float4* __restrict__ xr = reinterpret_cast<const float4*>(x + row * cols);
+    float4* __restrict__ yr = reinterpret_cast<float4*>(y + row * cols);
+    const long long nvec = cols >> 2;
+    const long long base = (long long)rank * (long long)(THREADS * VEC) + tid;
+
+    // ---- single read of x: VEC coalesced float4 per thread, kept in registers ----
+    float4 v[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+        const long long j = base + (long long)k * THREADS;
+        if (j < nvec) v[k] = __ldcs(xr + j);
+        else v[k] = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+    }
+
+    // ---- block max ----
+    float m = NEG_INF;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+        m = nan_max(m, v[k].x);
+        m = nan_max(m, v[k].y);
+        m = nan_max(m, v[k].z);
+        m = nan_max(m, v[k].w);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (lane == 0) s_max[warp] = m;
+    __syncthreads();
+    m = s_max[0];
+#pragma unroll
+    for (int w = 1; w < NWARPS; ++w) m = nan_max(m, s_max[w]);
+
+    // ---- block sum of exp(v - m) (an all -inf block contributes 0, not NaN) ----
+    const float ms = (m == NEG_INF) ? 0.0f : m;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+        const float a = expf(v[k].x - ms);
+        const float b = expf(v[k].y - ms);
+        const float c = expf(v[k].z - ms);
+        const float d = expf(v[k].w - ms);
+        s += (a + b) + (c + d);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) s_sum[warp] = s;
+    __syncthreads();
+    s = s_sum[0];
+#pragma unroll
+    for (int w = 1; w < NWARPS; ++w) s += s_sum[w];
+
+    // ---- publish (max, sum) and exchange across the cluster via DSMEM ----
+    if (tid == 0) s_pair = make_float2(m, s);
+    cluster.sync();
+
+    float2 p[CLUSTER];
+    float M = NEG_INF;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) {
+        p[r] = *cluster.map_shared_rank(&s_pair, r);
+        M = nan_max(M, p[r].x);
+    }
+    // Remote reads are done: arrive now, wait before exit (keeps smem alive for the others).
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+
+    float S = 0.0f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) {
+        const float mr = p[r].x;
+        S += (mr == M) ? p[r].y : p[r].y * expf(mr - M);
+    }
+    const float inv = 1.0f / S;
+
+    // ---- single write of y from registers ----
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+        const long long j = base + (long long)k * THREADS;
+        if (j < nvec) {
+            float4 o;
+            o.x = expf(v[k].x - M) * inv;
+            o.y = expf(v[k].y - M) * inv;
+            o.z = expf(v[k].z - M) * inv;
+            o.w = expf(v[k].w - M) * inv;
+            __stcs(yr + j, o);
+        }
+    }
+
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 """
 
-kernels = compile_kernels(cuda_src, ["softmax_row_kernel"])
+kernels = compile_kernels(cuda_src, ["softmax_row_kernel", "softmax_cluster_kernel"])
 BLOCK = kernels.constant("BLOCK")
+CLUSTER = kernels.constant("CLUSTER")
+THREADS = kernels.constant("THREADS")
+ROW_CAP = kernels.constant("ROW_CAP")
 
 
 class ModelNew(nn.Module):
@@ -83,5 +211,15 @@ class ModelNew(nn.Module):
         rows, cols = x.shape
         if rows == 0 or cols == 0:
             return y
-        kernels.softmax_row_kernel.launch(min(rows, 1 << 30), BLOCK, x, y, rows, cols)
+        fast = (
+            cols <= ROW_CAP
+            and cols % 4 == 0
+            and x.data_ptr() % 16 == 0
+            and y.data_ptr() % 16 == 0
+            and rows * CLUSTER <= (1 << 31) - 1
+        )
+        if fast:
+            kernels.softmax_cluster_kernel.launch(rows * CLUSTER, THREADS, x, y, cols)
+        else:
+            kernels.softmax_row_kernel.launch(min(rows, 1 << 30), BLOCK, x, y, rows, cols)
         return y
