@@ -36,9 +36,9 @@ from loguru import logger
 from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
 from evokernel.jsonfile import write_json_atomic
-from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, extension_key,
-                                       load_candidate, patched_load_inline, rewrite_arch_flags,
-                                       toolchain, toolkit_header_fallbacks)
+from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, exclusive_lock,
+                                   extension_key, load_candidate, patched_load_inline,
+                                   rewrite_arch_flags, toolchain, toolkit_header_fallbacks)
 from evokernel.build.ptxas import resources_from_json
 from evokernel.build.publish import publish
 from evokernel.build.sass import SassUnavailable, audit_build_dirs
@@ -206,8 +206,11 @@ class Builder:
     def build(self, candidate: Candidate) -> BuildResult:
         """Build one candidate (blocking). Never raises for a bad candidate.
 
-        A candidate built before (same source, arch and toolchain, every build folder complete)
-        returns at once with ``cache_hit=True`` and no subprocess.
+        A candidate built before (same source, arch and toolchain, every build folder complete
+        in the cache) returns at once with ``cache_hit=True`` and no subprocess. Builds of one
+        candidate never overlap, across threads and processes sharing the cache: each holds
+        ``candidates/<key>.lock``, and so does its build process, so a build whose driver died
+        (killed mid-run) still holds it until it ends.
         Returns: BuildResult.
         """
         t0 = time.perf_counter()
@@ -218,21 +221,39 @@ class Builder:
             return BuildResult(candidate.id, False, Reason.BUILD_ERROR,
                                time.perf_counter() - t0, False, _tail(log))
         work = self._work_dir(candidate)
+        with exclusive_lock(work.with_name(work.name + ".lock")) as lock_fd:
+            hit = self._cached(candidate, work, t0)
+            return hit if hit is not None else self._build_locked(candidate, work, t0, lock_fd)
+
+    def _cached(self, candidate: Candidate, work: Path, t0: float) -> BuildResult | None:
+        """The result of an earlier successful build of ``work`` whose extensions are all
+        complete in the cache, or None. A ``result.json`` whose builds are elsewhere (one its
+        build process wrote after its driver died, so never published) is no hit."""
+        try:
+            r = json.loads((work / "result.json").read_text())
+            dirs = [Path(d) for d in r["build_dirs"]]
+            ok = r["ok"] is True
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        builds = self.cache_dir / "builds"
+        if not ok or not all(d.parent == builds and (d / MARKER).is_file() for d in dirs):
+            return None
+        findings, notes = self.audit_build(work, r["build_dirs"])
+        return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
+                           "", tuple(r["build_dirs"]), tuple(r["flags"]) + notes,
+                           resources_from_json(r.get("resources")), findings)
+
+    def _build_locked(self, candidate: Candidate, work: Path, t0: float,
+                      lock_fd: int) -> BuildResult:
+        """Build ``candidate`` in ``work`` afresh and publish it (``build``, with the lock)."""
         done = work / "result.json"
-        if done.is_file():
-            r = json.loads(done.read_text())
-            if r["ok"] and all((Path(d) / MARKER).is_file() for d in r["build_dirs"]):
-                findings, notes = self.audit_build(work, r["build_dirs"])
-                return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,
-                                   "", tuple(r["build_dirs"]), tuple(r["flags"]) + notes,
-                                   resources_from_json(r.get("resources")), findings)
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
         (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
         mode = "nvrtc" if form_name(candidate.source) == "nvrtc" else \
             "trim" if self.trim_headers else "full"
-        timed_out, rc = self._run(work, mode)
+        timed_out, rc = self._run(work, mode, keep_fds=(lock_fd,))
         log = (work / "build.log").read_text(errors="replace")
         retry = []
         if not timed_out and self.trim_headers and _trimmed_and_failed(done):
@@ -240,7 +261,7 @@ class Builder:
                         "building the source as written")
             done.unlink(missing_ok=True)
             (work / "candidate.py").write_text(candidate.source, encoding="utf-8")
-            timed_out, rc = self._run(work, "full", time.perf_counter() - t0)
+            timed_out, rc = self._run(work, "full", time.perf_counter() - t0, (lock_fd,))
             log = (work / "build.log").read_text(errors="replace")
             retry = ["headers: built as written (the light-header build failed)"]
         build_s = time.perf_counter() - t0
@@ -285,10 +306,12 @@ class Builder:
                                          "flags": list(notes)})
         return findings, notes
 
-    def _run(self, work: Path, mode: str, spent_s: float = 0.0) -> tuple[bool, int | None]:
+    def _run(self, work: Path, mode: str, spent_s: float = 0.0,
+             keep_fds: Sequence[int] = ()) -> tuple[bool, int | None]:
         """Run the build entry point in a session of its own (``mode``: "trim", "full" or
-        "nvrtc", see evokernel.build.entry), with ``timeout_s - spent_s`` left; kill the session
-        when it ends or times out. Returns: (timed_out, exit status)."""
+        "nvrtc", see evokernel.build.entry), with ``timeout_s - spent_s`` left and the
+        descriptors ``keep_fds`` inherited (the candidate's lock); kill the session when it ends
+        or times out. Returns: (timed_out, exit status)."""
         env = worker_env()
         env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
                    TORCH_CUDA_ARCH_LIST=self.arch,
@@ -301,7 +324,7 @@ class Builder:
         with open(work / "build.log", "wb") as log:
             proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=tuple(keep_fds))
             try:
                 return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
             except subprocess.TimeoutExpired:

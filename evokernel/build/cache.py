@@ -139,14 +139,18 @@ def cache_key(spec: Mapping[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock; the kernel drops it when the holder dies, so it never goes
-    stale."""
+def exclusive_lock(path: Path) -> Iterator[int]:
+    """An exclusive advisory lock (flock(2)) on ``path``, created if missing; the kernel drops it
+    when the last process holding its descriptor ends, so it never goes stale.
+
+    Yields: the lock file's descriptor. A child process given it (``pass_fds``) holds the lock
+    too, until it ends, even when this process has died first.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            yield
+            yield f.fileno()
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 

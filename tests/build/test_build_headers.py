@@ -99,7 +99,7 @@ class _FakeRuns:
     def __init__(self, outcomes):
         self.outcomes, self.trims = list(outcomes), []
 
-    def __call__(self, builder, work: Path, mode: str, spent_s: float = 0.0):
+    def __call__(self, builder, work: Path, mode: str, spent_s: float = 0.0, keep_fds=()):
         ok, log = self.outcomes.pop(0)
         trim = mode == "trim"                  # Builder._run's modes: "trim", "full", "nvrtc"
         self.trims.append(trim)
