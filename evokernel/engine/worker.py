@@ -15,7 +15,9 @@ OUT_FD:
 The per-problem state and the stages a candidate goes through live in evokernel.engine.session.
 After a sticky CUDA error (illegal address, misaligned access, ...) it answers with
 ``fatal: True`` and exits, so the next candidate runs in a fresh process and is never blamed.
-Anything the candidate prints goes to the worker's log file, not to the protocol pipes.
+Anything the candidate prints goes to the worker's log file, not to the protocol pipes. When the
+driver dies (its end of IN_FD closed by the kernel) the worker exits, even mid-candidate
+(evokernel.engine.lifeline).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from multiprocessing.connection import Connection
 from evokernel.config import RunConfig
 from evokernel.engine import protocol
 from evokernel.engine.faults import tail
+from evokernel.engine.lifeline import exit_when_orphaned
 from evokernel.engine.session import Session
 from evokernel.records import Candidate
 
@@ -53,6 +56,7 @@ def warm_up() -> None:
 def main(argv: list[str]) -> int:
     import torch  # noqa: F401 -- loaded before the set-up arrives: a worker started ahead of
     #               its problem (WorkerHandle.prepare) has it ready; no CUDA context yet
+    exit_when_orphaned(int(argv[1]))   # a driver killed mid-candidate takes this worker along
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
     session: Session | None = None
