@@ -160,33 +160,14 @@ def fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
         try:
             for (run, p), ev in zip(group, evs):
                 name = problems[p].name
-                if isinstance(ev, BaseException):
-                    runs[name].append(_failed_run(run, f"evaluator failed to start: {ev}"))
-                    continue
-                report.setdefault("device", dict(getattr(ev, "info", {}) or {}))
-                r, error = try_evaluate(lambda: ev.evaluate([seeds[name]])[0],
-                                         f"fidelity run {run + 1}: {name}")
-                if error:
-                    runs[name].append(_failed_run(run, error))
-                    continue
-                runs[name].append({"run": run + 1, "verdict": r.verdict.value,
-                                   "reason": r.reason.value, "reference_ms": r.reference_ms,
-                                   "candidate_ms": r.candidate_ms, "speedup": r.speedup,
-                                   "trials": trials_in_detail(r.detail), "eval_s": r.eval_s})
-                logger.info("fidelity run {}: {} {} speedup {:.4f}", run + 1, name,
-                            r.reason.value, r.speedup)
+                runs[name].append(_seed_run(run, name, ev, seeds[name], report))
         finally:
             close_all(evs)
     builder.join()
-    head = {"runs": plan.fidelity_runs, "hide_host_ms": plan.hide_host_ms,
-            "setup_s": setup_s, "prepare_s": prep_s,
-            "prebuild": [{"problem": p.name, "ok": getattr(b, "ok", None),
-                          "build_s": getattr(b, "build_s", None),
-                          "cache_hit": getattr(b, "cache_hit", None)}
-                         for p, b in zip(problems, prebuilt)],
-            "prebuild_error": prebuild_error[0] if prebuild_error else None,
-            "do_bench_warmup_ms": plan.do_bench_warmup_ms, "do_bench_rep_ms": plan.do_bench_rep_ms,
-            "do_bench_rounds": plan.do_bench_rounds, "skipped": []}
+    head = _fidelity_head(plan, setup_s, prep_s, [
+        {"problem": p.name, "ok": getattr(b, "ok", None), "build_s": getattr(b, "build_s", None),
+         "cache_hit": getattr(b, "cache_hit", None)} for p, b in zip(problems, prebuilt)],
+        prebuild_error[0] if prebuild_error else None)
     partial = dict(head, problems=[fidelity_row(p.name, runs[p.name], None).to_dict()
                                    for p in problems])
     write_report_files(Path(plan.results_dir), "fidelity", partial, fidelity_markdown(partial))
@@ -204,6 +185,34 @@ def fidelity_phase(plan: BenchPlan, cache: Path, deps: BenchDeps,
             for p in problems]
     return dict(head, do_bench_s=db_s, do_bench_versions=db.get("versions", {}),
                 problems=[r.to_dict() for r in rows])
+
+
+def _seed_run(run: int, name: str, ev: Any, seed: Candidate,
+              report: dict[str, Any]) -> dict[str, Any]:
+    """Fidelity run ``run`` (0-based) of problem ``name``'s seed in its own evaluator ``ev`` (or
+    the exception that kept it from starting), as in FidelityRow.runs; the first evaluator's
+    device info goes into ``report``."""
+    if isinstance(ev, BaseException):
+        return _failed_run(run, f"evaluator failed to start: {ev}")
+    report.setdefault("device", dict(getattr(ev, "info", {}) or {}))
+    r, error = try_evaluate(lambda: ev.evaluate([seed])[0], f"fidelity run {run + 1}: {name}")
+    if error:
+        return _failed_run(run, error)
+    logger.info("fidelity run {}: {} {} speedup {:.4f}", run + 1, name, r.reason.value,
+                r.speedup)
+    return {"run": run + 1, "verdict": r.verdict.value, "reason": r.reason.value,
+            "reference_ms": r.reference_ms, "candidate_ms": r.candidate_ms,
+            "speedup": r.speedup, "trials": trials_in_detail(r.detail), "eval_s": r.eval_s}
+
+
+def _fidelity_head(plan: BenchPlan, setup_s: float, prep_s: float | None,
+                   prebuild: list[dict[str, Any]], prebuild_error: str | None) -> dict[str, Any]:
+    """The fidelity report's fields other than its problems (set-up and build times in s)."""
+    return {"runs": plan.fidelity_runs, "hide_host_ms": plan.hide_host_ms,
+            "setup_s": setup_s, "prepare_s": prep_s, "prebuild": prebuild,
+            "prebuild_error": prebuild_error,
+            "do_bench_warmup_ms": plan.do_bench_warmup_ms, "do_bench_rep_ms": plan.do_bench_rep_ms,
+            "do_bench_rounds": plan.do_bench_rounds, "skipped": []}
 
 
 def run_do_bench_process(spec: dict[str, Any], results_dir: Path,

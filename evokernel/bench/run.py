@@ -48,82 +48,110 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
     Raises: ConfigError for a work folder it may not delete or a problem without a seed kernel;
         ProblemError for an unknown problem. Candidates never raise (they get a verdict).
     """
-    clock = WallClock(deps.now, plan.budget_s)
-    cost = deps.cost
-    est = estimate_wall_s(plan, cost, cores=deps.cores)
-    results_dir = Path(plan.results_dir)
-    cold_dir = Path(plan.work_dir) / "cold"
-    out: dict[str, Any] = {"throughput": None, "fidelity": None, "faults": None,
-                           "estimate": est}
-    variants: list[Variant] = []
-    nvrtc: list[Variant] = []
-    if plan.measures_throughput:
-        variants = throughput_variants(plan.throughput, _seeds(plan, deps, "load_inline"))
-    if plan.measures_nvrtc:
-        nvrtc = throughput_variants(plan.throughput, _seeds(plan, deps, "nvrtc"), "nvrtc")
-    tp: dict[str, Any] = {
-        "plan": plan.to_dict(), "estimate_s": est, "cores": deps.cores,
-        "build_workers": engine_build_workers(plan, deps.cores),
-        "candidates": [{"problem": v.problem, "id": v.candidate.id, "label": v.label,
-                        "assignment": dict(v.assignment), "form": v.form}
-                       for v in variants + nvrtc],
-        "phases": {}, "targets": [], "skipped": []}
-    stats: dict[str, PhaseStats] = {}
-    slowdown = 1.0
-    for name, prev in earlier_phases(results_dir, variants + nvrtc, plan.phases).items():
-        stats[name] = prev
-        tp["skipped"].append(f"{name}: not measured in this run; taken from the earlier "
-                             f"bench_throughput.json in {results_dir} (same candidates)")
+    run = _BenchRun(plan, deps)
+    run.throughput_phases()
+    if "fidelity" in plan.phases:
+        run.fidelity()
+    if "sequential" in plan.phases:
+        run.sequential()
+    run.faults()
+    return run.finish()
 
-    def save_throughput() -> None:
-        tp["phases"] = {k: s.to_dict() for k, s in stats.items()}
-        tp["targets"] = [t.to_dict() for t in throughput_targets(stats)]
-        tp["elapsed_s"] = clock.elapsed()
-        write_report_files(results_dir, "throughput", tp, throughput_markdown(tp))
-        out["throughput"] = tp
 
-    def skip_note(phase: str, need_s: float) -> str:
-        msg = (f"{phase}: skipped, ~{need_s:.0f} s needed and {clock.left():.0f} s of the "
-               f"{plan.budget_s:.0f} s budget left; run it alone with --phases {phase}")
+class _BenchRun:
+    """One run of ``run_bench``: its clock and estimates, the throughput report written after
+    every phase (``tp``, with each phase's PhaseStats in ``stats``), and what it returns
+    (``out``). ``slowdown`` scales the later phases' estimates once the cold phase is measured."""
+
+    def __init__(self, plan: BenchPlan, deps: BenchDeps):
+        self.plan, self.deps = plan, deps
+        self.clock = WallClock(deps.now, plan.budget_s)
+        self.est = estimate_wall_s(plan, deps.cost, cores=deps.cores)
+        self.results_dir = Path(plan.results_dir)
+        self.cold_dir = Path(plan.work_dir) / "cold"
+        self.out: dict[str, Any] = {"throughput": None, "fidelity": None, "faults": None,
+                                    "estimate": self.est}
+        self.variants: list[Variant] = []
+        self.nvrtc: list[Variant] = []
+        if plan.measures_throughput:
+            self.variants = throughput_variants(plan.throughput, _seeds(plan, deps, "load_inline"))
+        if plan.measures_nvrtc:
+            self.nvrtc = throughput_variants(plan.throughput, _seeds(plan, deps, "nvrtc"), "nvrtc")
+        self.tp: dict[str, Any] = {
+            "plan": plan.to_dict(), "estimate_s": self.est, "cores": deps.cores,
+            "build_workers": engine_build_workers(plan, deps.cores),
+            "candidates": [{"problem": v.problem, "id": v.candidate.id, "label": v.label,
+                            "assignment": dict(v.assignment), "form": v.form}
+                           for v in self.variants + self.nvrtc],
+            "phases": {}, "targets": [], "skipped": []}
+        self.stats: dict[str, PhaseStats] = {}
+        self.slowdown = 1.0
+        for name, prev in earlier_phases(self.results_dir, self.variants + self.nvrtc,
+                                         plan.phases).items():
+            self.stats[name] = prev
+            self.tp["skipped"].append(f"{name}: not measured in this run; taken from the earlier "
+                                      f"bench_throughput.json in {self.results_dir} "
+                                      "(same candidates)")
+
+    def save_throughput(self) -> None:
+        tp = self.tp
+        tp["phases"] = {k: s.to_dict() for k, s in self.stats.items()}
+        tp["targets"] = [t.to_dict() for t in throughput_targets(self.stats)]
+        tp["elapsed_s"] = self.clock.elapsed()
+        write_report_files(self.results_dir, "throughput", tp, throughput_markdown(tp))
+        self.out["throughput"] = tp
+
+    def skip_note(self, phase: str, need_s: float) -> str:
+        msg = (f"{phase}: skipped, ~{need_s:.0f} s needed and {self.clock.left():.0f} s of the "
+               f"{self.plan.budget_s:.0f} s budget left; run it alone with --phases {phase}")
         logger.warning(msg)
         return msg
 
-    if "cold" in plan.phases:
-        deps.prepare_cache(fresh_dir(cold_dir))
-        stats["cold"] = throughput_phase("cold", plan, variants, cold_dir, deps, tp)
-        slowdown = min(3.0, max(0.5, clock.elapsed() / max(1.0, est["start"] + est["cold"])))
-        save_throughput()
-    else:
-        checked_cache_dir(cold_dir)
-    if "warm" in plan.phases:
-        if clock.left() >= est["warm"] * slowdown:
-            stats["warm"] = throughput_phase("warm", plan, variants, cold_dir, deps, tp)
+    def throughput_phases(self) -> None:
+        """cold (which sets ``slowdown``), warm, then the NVRTC phases, each if it fits."""
+        plan, deps, est, tp = self.plan, self.deps, self.est, self.tp
+        if "cold" in plan.phases:
+            deps.prepare_cache(fresh_dir(self.cold_dir))
+            self.stats["cold"] = throughput_phase("cold", plan, self.variants, self.cold_dir,
+                                                  deps, tp)
+            self.slowdown = min(3.0, max(0.5, self.clock.elapsed()
+                                         / max(1.0, est["start"] + est["cold"])))
+            self.save_throughput()
         else:
-            tp["skipped"].append(skip_note("warm", est["warm"] * slowdown))
-        save_throughput()
-    nvrtc_dir = Path(plan.work_dir) / "nvrtc"
-    for name in (p for p in NVRTC_PHASES if p in plan.phases):
-        if clock.left() < est[name] * slowdown:
-            tp["skipped"].append(skip_note(name, est[name] * slowdown))
-            continue
-        deps.prepare_cache(fresh_dir(nvrtc_dir) if name == "nvrtc_cold"
-                           else checked_cache_dir(nvrtc_dir))
-        stats[name] = throughput_phase(name, plan, nvrtc, nvrtc_dir, deps, tp)
-        save_throughput()
-    if "fidelity" in plan.phases:
-        need = est["fidelity"] * slowdown
-        if clock.left() >= 0.8 * need:
-            deps.prepare_cache(cold_dir)
-            fid = fidelity_phase(plan, cold_dir, deps, tp)
+            checked_cache_dir(self.cold_dir)
+        if "warm" in plan.phases:
+            if self.clock.left() >= est["warm"] * self.slowdown:
+                self.stats["warm"] = throughput_phase("warm", plan, self.variants,
+                                                      self.cold_dir, deps, tp)
+            else:
+                tp["skipped"].append(self.skip_note("warm", est["warm"] * self.slowdown))
+            self.save_throughput()
+        nvrtc_dir = Path(plan.work_dir) / "nvrtc"
+        for name in (p for p in NVRTC_PHASES if p in plan.phases):
+            if self.clock.left() < est[name] * self.slowdown:
+                tp["skipped"].append(self.skip_note(name, est[name] * self.slowdown))
+                continue
+            deps.prepare_cache(fresh_dir(nvrtc_dir) if name == "nvrtc_cold"
+                               else checked_cache_dir(nvrtc_dir))
+            self.stats[name] = throughput_phase(name, plan, self.nvrtc, nvrtc_dir, deps, tp)
+            self.save_throughput()
+
+    def fidelity(self) -> None:
+        need = self.est["fidelity"] * self.slowdown
+        if self.clock.left() >= 0.8 * need:
+            self.deps.prepare_cache(self.cold_dir)
+            fid = fidelity_phase(self.plan, self.cold_dir, self.deps, self.tp)
             fid["skipped"] = []
         else:
-            fid = {"runs": plan.fidelity_runs, "problems": [],
-                   "skipped": [skip_note("fidelity", need)]}
-        write_report_files(results_dir, "fidelity", fid, fidelity_markdown(fid))
-        out["fidelity"] = fid
-    if "sequential" in plan.phases:
-        reserve = est.get("faults", 0.0) * slowdown
-        per = cost.sequential_s(deps.cores) * slowdown
+            fid = {"runs": self.plan.fidelity_runs, "problems": [],
+                   "skipped": [self.skip_note("fidelity", need)]}
+        write_report_files(self.results_dir, "fidelity", fid, fidelity_markdown(fid))
+        self.out["fidelity"] = fid
+
+    def sequential(self) -> None:
+        plan, deps, clock, cost = self.plan, self.deps, self.clock, self.deps.cost
+        reserve = self.est.get("faults", 0.0) * self.slowdown
+        per = cost.sequential_s(deps.cores) * self.slowdown
         n_fit = int(max(0.0, clock.left() - reserve - cost.setup_s) // max(1.0, per))
         n = min(plan.sequential_n, max(1, n_fit))
         if clock.left() >= 0.8 * (per + cost.setup_s):
@@ -131,38 +159,46 @@ def run_bench(plan: BenchPlan, deps: BenchDeps) -> dict[str, Any]:
             deps.prepare_cache(seq_dir)
             logger.info("sequential: up to {} candidates ({:.0f} s left, {:.0f} s reserved "
                         "for later phases)", n, clock.left(), reserve)
-            stats["sequential"] = sequential_phase(plan, variants, n, seq_dir, clock,
-                                                    reserve, deps, tp)
+            self.stats["sequential"] = sequential_phase(plan, self.variants, n, seq_dir, clock,
+                                                        reserve, deps, self.tp)
         else:
-            tp["skipped"].append(skip_note("sequential", per + cost.setup_s))
-        save_throughput()
-    faults: dict[str, Any] = {"test": FAULTS_TEST, "ran": False,
-                              "evidence": FAULTS_EVIDENCE}
-    earlier_faults = load_report(results_dir, "faults")
-    if "faults" not in plan.phases and earlier_faults and earlier_faults.get("ran"):
-        faults = earlier_faults                     # keep an earlier call's run of the test
-    if "faults" in plan.phases:
-        if clock.left() >= 0.8 * est["faults"]:
-            t0 = deps.now()
-            log = results_dir / "bench_faults.txt"
-            results_dir.mkdir(parents=True, exist_ok=True)
-            got = deps.run_faults(log)
-            faults.update(ran=True, returncode=got.get("returncode"),
-                          passed=got.get("returncode") == 0, tail=got.get("tail", ""),
-                          wall_s=deps.now() - t0, log=str(log))
-        else:
-            faults["skipped"] = skip_note("faults", est["faults"])
-    write_report_files(results_dir, "faults", faults, faults_markdown(faults))
-    out["faults"] = faults
-    out["elapsed_s"] = clock.elapsed()
-    # A bench split over calls into one results folder: the table shows every benchmark there.
-    out["table"] = summary_table(out["throughput"] or load_report(results_dir, "throughput"),
-                                 out["fidelity"] or load_report(results_dir, "fidelity"),
-                                 out["faults"])
-    (results_dir / "bench_summary.md").write_text(
-        f"# evokernel bench\n\nelapsed {out['elapsed_s']:.0f} s of a {plan.budget_s:.0f} s "
-        f"budget (estimate {est['total']:.0f} s)\n\n{out['table']}\n")
-    return out
+            self.tp["skipped"].append(self.skip_note("sequential", per + cost.setup_s))
+        self.save_throughput()
+
+    def faults(self) -> None:
+        """The fault batch's test (or an earlier call's run of it, kept), reported either way."""
+        faults: dict[str, Any] = {"test": FAULTS_TEST, "ran": False,
+                                  "evidence": FAULTS_EVIDENCE}
+        earlier_faults = load_report(self.results_dir, "faults")
+        if "faults" not in self.plan.phases and earlier_faults and earlier_faults.get("ran"):
+            faults = earlier_faults
+        if "faults" in self.plan.phases:
+            if self.clock.left() >= 0.8 * self.est["faults"]:
+                t0 = self.deps.now()
+                log = self.results_dir / "bench_faults.txt"
+                self.results_dir.mkdir(parents=True, exist_ok=True)
+                got = self.deps.run_faults(log)
+                faults.update(ran=True, returncode=got.get("returncode"),
+                              passed=got.get("returncode") == 0, tail=got.get("tail", ""),
+                              wall_s=self.deps.now() - t0, log=str(log))
+            else:
+                faults["skipped"] = self.skip_note("faults", self.est["faults"])
+        write_report_files(self.results_dir, "faults", faults, faults_markdown(faults))
+        self.out["faults"] = faults
+
+    def finish(self) -> dict[str, Any]:
+        """The summary table (of every benchmark in the results folder: a bench split over
+        calls into one folder shows them all) and run_bench's return value."""
+        out, results_dir = self.out, self.results_dir
+        out["elapsed_s"] = self.clock.elapsed()
+        out["table"] = summary_table(out["throughput"] or load_report(results_dir, "throughput"),
+                                     out["fidelity"] or load_report(results_dir, "fidelity"),
+                                     out["faults"])
+        (results_dir / "bench_summary.md").write_text(
+            f"# evokernel bench\n\nelapsed {out['elapsed_s']:.0f} s of a "
+            f"{self.plan.budget_s:.0f} s budget (estimate {self.est['total']:.0f} s)\n\n"
+            f"{out['table']}\n")
+        return out
 
 
 def _seeds(plan: BenchPlan, deps: BenchDeps, form: str) -> dict[str, str]:

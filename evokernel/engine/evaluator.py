@@ -176,14 +176,7 @@ class CudaEvaluator:
         """
         results: dict[str, EvalResult] = {}
         lock = threading.Lock()
-
-        def emit(kind: str, cid: str) -> None:
-            if on_event is None:
-                return
-            try:
-                on_event(kind, cid)
-            except Exception:  # a display must never cost a result
-                logger.exception("on_event({!r}) failed for {}", kind, cid)
+        emit = _emitter(on_event)
 
         def done(r: EvalResult) -> None:
             with lock:
@@ -192,31 +185,42 @@ class CudaEvaluator:
                 on_result(r)
 
         gpu_queue: queue.Queue[tuple[Candidate, Any] | None] = queue.Queue()
-
-        def gpu_loop(worker: Any, guard: SharedGpuGuard) -> None:
-            while (item := gpu_queue.get()) is not None:
-                cand, build = item
-                emit("gating", cand.id)
-                try:
-                    r = guard.run(lambda: worker.evaluate(cand, self.config.eval_timeout_s))
-                except WorkerClosed:     # a shutdown: the candidate stays pending, no verdict
-                    return
-                emit("gated", cand.id)
-                if r.accepted:
-                    emit("timed", cand.id)
-                done(dataclasses.replace(r, build_s=build.build_s,
-                                         flags=tuple(build.flags) + tuple(r.flags),
-                                         resources=r.resources or build.resources,
-                                         precision_audit=build.precision_audit,
-                                         detail=with_audit(r.detail, build.precision_audit)))
-
-        gpu_threads = [threading.Thread(target=gpu_loop, args=(w, g), daemon=True,
-                                        name=f"evokernel-gpu{i}")
+        gpu_threads = [threading.Thread(target=self._gpu_loop, args=(w, g, gpu_queue, emit, done),
+                                        daemon=True, name=f"evokernel-gpu{i}")
                        for i, (w, g) in enumerate(zip(self.workers, self.guards))]
         for t in gpu_threads:
             t.start()
-        unique = list({c.id: c for c in candidates}.values())
+        self._build_all(list({c.id: c for c in candidates}.values()), gpu_queue, emit, done)
+        for _ in gpu_threads:
+            gpu_queue.put(None)
+        for t in gpu_threads:
+            t.join()
+        return [results[c.id] for c in candidates]
 
+    def _gpu_loop(self, worker: Any, guard: SharedGpuGuard, gpu_queue: queue.Queue,
+                  emit: OnEvent, done: OnResult) -> None:
+        """One GPU worker's thread: gate and time the built candidates of ``gpu_queue`` until
+        None; a shutdown (WorkerClosed) leaves the candidate pending, without a verdict."""
+        while (item := gpu_queue.get()) is not None:
+            cand, build = item
+            emit("gating", cand.id)
+            try:
+                r = guard.run(lambda: worker.evaluate(cand, self.config.eval_timeout_s))
+            except WorkerClosed:
+                return
+            emit("gated", cand.id)
+            if r.accepted:
+                emit("timed", cand.id)
+            done(dataclasses.replace(r, build_s=build.build_s,
+                                     flags=tuple(build.flags) + tuple(r.flags),
+                                     resources=r.resources or build.resources,
+                                     precision_audit=build.precision_audit,
+                                     detail=with_audit(r.detail, build.precision_audit)))
+
+    def _build_all(self, unique: Sequence[Candidate], gpu_queue: queue.Queue,
+                   emit: OnEvent, done: OnResult) -> None:
+        """Statically check and build ``unique`` in parallel; a built candidate goes to
+        ``gpu_queue`` as its build ends, a rejected or failed one straight to ``done``."""
         def build_one(cand: Candidate) -> Any:
             emit("build_started", cand.id)
             return self.builder.build(cand)
@@ -245,11 +249,6 @@ class CudaEvaluator:
                                         flags=tuple(build.flags)))
             else:
                 gpu_queue.put((cand, build))
-        for _ in gpu_threads:
-            gpu_queue.put(None)
-        for t in gpu_threads:
-            t.join()
-        return [results[c.id] for c in candidates]
 
     def profile(self, candidate: Candidate) -> tuple[Any, ...]:
         """Nsight Compute metrics of one call of an accepted (so already built) candidate, on
@@ -266,3 +265,16 @@ class CudaEvaluator:
         for w in self.workers:
             w.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _emitter(on_event: OnEvent | None) -> OnEvent:
+    """``on_event`` made safe to call: a display must never cost a result, so what it raises
+    is logged and dropped."""
+    def emit(kind: str, cid: str) -> None:
+        if on_event is None:
+            return
+        try:
+            on_event(kind, cid)
+        except Exception:
+            logger.exception("on_event({!r}) failed for {}", kind, cid)
+    return emit
