@@ -224,7 +224,11 @@ class Evolution:
             start = 1
         stopped = "completed"
         for gen in range(start, sc.generations + 1):
-            if self.llm is not None and self.llm.budget_exceeded():
+            # the budget stops new questions; a generation begun before it was spent (its
+            # replies paid for, its candidates stored, e.g. made on a machine without a GPU) is
+            # made again from the reply cache and evaluated
+            if self.llm is not None and self.llm.budget_exceeded() and not any(
+                    c.generation == gen for c in self._candidates.values()):
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)
                 break

@@ -132,3 +132,42 @@ def test_prompts_show_the_recorded_sheet_of_the_same_gpu_and_a_new_gpus_own():
     assert prompt_device(recorded, {"device": "NVIDIA H100", "copy_gbs": 3000.0}) == \
         {"device": "NVIDIA H100", "copy_gbs": 3000.0}
     assert prompt_device(None, {"device": "NVIDIA H200"}) == {"device": "NVIDIA H200"}
+
+
+def _cpu_rounds(tmp_path, cfg):
+    """Generation 1 made on the CPU from imported replies (ideas, then implementations), up to
+    the stop for the GPU. Returns: the tokens spent and the calls made."""
+    assert search(tmp_path, cfg, MeasuredEvaluator(4012.0)).stopped == "llm_batch"
+    answer(tmp_path, cfg)
+    assert search(tmp_path, cfg, None, resume=True).stopped == "llm_batch"
+    answer(tmp_path, cfg)
+    assert search(tmp_path, cfg, None, resume=True).stopped == "needs_gpu"
+    store = RunStore(cfg.run_dir, read_only=True)
+    usage = store.llm_usage()
+    store.close()
+    return int(usage["prompt_tokens"] + usage["completion_tokens"]), usage["calls"]
+
+
+def test_a_generation_whose_replies_are_paid_is_evaluated_though_they_spent_the_budget(
+        tmp_path, no_gpu):
+    """The budget stops new questions, not the evaluation of answers already paid for: a
+    generation made on the CPU from imported replies that reach the token budget is still
+    evaluated on the GPU (the ablation's arms at 300k tokens, results/ablation-2026-12-02)."""
+    (tmp_path / "free").mkdir(), (tmp_path / "capped").mkdir()
+    spent, _ = _cpu_rounds(tmp_path / "free", no_repair(config(tmp_path / "free", offspring=2)))
+    cfg = no_repair(config(tmp_path / "capped", offspring=2))
+    cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_total_tokens=spent))
+    assert _cpu_rounds(tmp_path / "capped", cfg)[0] == spent     # the same rounds, budget reached
+    store = RunStore(cfg.run_dir, read_only=True)
+    made = {c.id for c in store.candidates().values() if c.generation == 1}
+    calls = store.llm_usage()["calls"]
+    store.close()
+    assert made
+
+    gpu = MeasuredEvaluator(4012.0)
+    assert search(tmp_path / "capped", cfg, gpu, resume=True).stopped == "completed"
+    store = RunStore(cfg.run_dir, read_only=True)
+    assert made <= set(store.results()) and made <= set(gpu.evaluated)
+    assert store.generations()[-1]["generation"] == 1
+    assert store.llm_usage()["calls"] == calls                # nothing new was asked
+    store.close()
