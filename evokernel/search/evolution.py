@@ -134,8 +134,8 @@ class Evolution:
 
     # ---------------------------------------------------------------------------------------
     def run(self, resume: bool = False) -> RunResult:
-        """Run (or resume) the search; returns when all generations ran, the LLM budget is spent,
-        or (batch LLM mode) a generation's requests were written out (``stopped``).
+        """Run (or resume) the search; returns when all generations ran, the LLM budget is spent
+        (a generation begun is finished), or (batch mode) requests were written (``stopped``).
 
         Raises:
             ConfigError: bad config, an existing run dir without ``resume``, a resumed run
@@ -224,11 +224,8 @@ class Evolution:
             start = 1
         stopped = "completed"
         for gen in range(start, sc.generations + 1):
-            # the budget stops new questions; a generation begun before it was spent (its
-            # replies paid for, its candidates stored, e.g. made on a machine without a GPU) is
-            # made again from the reply cache and evaluated
-            if self.llm is not None and self.llm.budget_exceeded() and not any(
-                    c.generation == gen for c in self._candidates.values()):
+            begun = any(c.generation == gen for c in self._candidates.values())  # paid for
+            if self.llm is not None and self.llm.budget_exceeded() and not begun:
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)
                 break
