@@ -36,9 +36,10 @@ from loguru import logger
 from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
 from evokernel.jsonfile import write_json_atomic
-from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, exclusive_lock,
-                                   extension_key, load_candidate, patched_load_inline,
-                                   rewrite_arch_flags, toolchain, toolkit_header_fallbacks)
+from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, complete_build,
+                                   exclusive_lock, extension_key, load_candidate,
+                                   patched_load_inline, rewrite_arch_flags, toolchain,
+                                   toolkit_header_fallbacks)
 from evokernel.build.ptxas import resources_from_json
 from evokernel.build.publish import publish
 from evokernel.build.sass import SassUnavailable, audit_build_dirs
@@ -236,7 +237,7 @@ class Builder:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         builds = self.cache_dir / "builds"
-        if not ok or not all(d.parent == builds and (d / MARKER).is_file() for d in dirs):
+        if not ok or not all(d.parent == builds and complete_build(d) for d in dirs):
             return None
         findings, notes = self.audit_build(work, r["build_dirs"])
         return BuildResult(candidate.id, True, None, time.perf_counter() - t0, True,

@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from evokernel.build.cache import MARKER, exclusive_lock
+from evokernel.build.cache import MARKER, complete_build, exclusive_lock
 from evokernel.jsonfile import write_json_atomic
 
 KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -101,10 +101,11 @@ def _check(folder: Path) -> str | None:
 
 
 def _move(src: Path, dst: Path) -> Path:
-    """Move the checked build folder ``src`` to ``dst`` unless a complete build is there."""
+    """Move the checked build folder ``src`` to ``dst`` unless a complete build is there
+    (``complete_build``: one whose binary was deleted is replaced)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(dst.parent / f"{dst.name}.lock"):
-        if (dst / MARKER).is_file():
+        if complete_build(dst):
             shutil.rmtree(src)
             return dst
         if os.path.lexists(dst):                  # a partial build from before staging

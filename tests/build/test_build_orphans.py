@@ -109,5 +109,47 @@ def _leave(work: Path, key: str) -> None:
     out = work / "builds" / key
     out.mkdir(parents=True)
     (out / MARKER).write_text(json.dumps({"key": key}))
+    (out / "ext.so").write_bytes(b"built")
     (work / "result.json").write_text(json.dumps(
         {"ok": True, "cache_hit": False, "build_dirs": [str(out)], "flags": []}))
+
+
+def _published(tmp_path, monkeypatch):
+    """A Builder whose build process is a stand-in, after one published build of ``cand``.
+    Returns: (builder, cand, its build folder in the cache, the modes it ran)."""
+    builder = Builder(tmp_path, arch="9.0", timeout_s=60, workers=1, audit=False)
+    cand, runs = Candidate("import torch\n"), []
+
+    def stand_in(work: Path, mode: str, spent_s: float = 0.0, keep_fds=()):
+        runs.append(mode)
+        _leave(work, KEY)
+        (work / "build.log").write_text("")
+        return False, 0
+
+    monkeypatch.setattr(builder, "_run", stand_in)
+    first = builder.build(cand)
+    (folder,) = first.build_dirs
+    return builder, cand, Path(folder), runs
+
+
+def test_a_cached_build_whose_binary_is_gone_is_built_again_and_replaced(tmp_path, monkeypatch):
+    builder, cand, folder, runs = _published(tmp_path, monkeypatch)
+    (folder / "ext.so").unlink()                      # the marker stays
+    again = builder.build(cand)
+    assert runs == ["trim", "trim"] and again.ok and not again.cache_hit
+    assert (folder / "ext.so").read_bytes() == b"built"          # the rebuild replaced it
+    assert builder.build(cand).cache_hit and runs == ["trim", "trim"]
+
+
+def test_a_marker_of_another_key_is_no_cache_hit(tmp_path, monkeypatch):
+    builder, cand, folder, runs = _published(tmp_path, monkeypatch)
+    (work,) = [f.parent for f in (tmp_path / "candidates").glob("*/result.json")]
+    other = folder.parent / ("f" * 64)                # a marker copied into another folder
+    other.mkdir()
+    (other / MARKER).write_text((folder / MARKER).read_text())
+    (other / "ext.so").write_bytes(b"x")
+    (work / "result.json").write_text(json.dumps(
+        {"ok": True, "cache_hit": False, "build_dirs": [str(other)], "flags": []}))
+    again = builder.build(cand)
+    assert runs == ["trim", "trim"] and again.ok and not again.cache_hit
+    assert again.build_dirs == (str(folder),)
