@@ -36,12 +36,11 @@ from loguru import logger
 from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
 from evokernel.jsonfile import write_json_atomic
-from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, complete_build,
-                                   exclusive_lock, extension_key, load_candidate,
-                                   patched_load_inline, rewrite_arch_flags, toolchain,
-                                   toolkit_header_fallbacks)
+from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, exclusive_lock,
+                                   extension_key, load_candidate, patched_load_inline,
+                                   rewrite_arch_flags, toolchain, toolkit_header_fallbacks)
 from evokernel.build.ptxas import resources_from_json
-from evokernel.build.publish import publish
+from evokernel.build.publish import complete_build, publish
 from evokernel.build.sass import SassUnavailable, audit_build_dirs
 from evokernel.records import Candidate, KernelResources, PrecisionFinding, Reason
 from evokernel.sandbox import worker_env

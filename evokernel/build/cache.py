@@ -138,19 +138,6 @@ def cache_key(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def complete_build(folder: Path) -> bool:
-    """A finished build folder: its marker (MARKER) names its own key and the binary that was
-    loaded is there (a ``*.so`` extension, or an NVRTC ``*.cubin``). A partial build, a deleted
-    binary or a marker copied from another folder is not complete, and is built again."""
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(marker, dict) or marker.get("key") != folder.name:
-        return False
-    return any(folder.glob("*.so")) or any(folder.glob("*.cubin"))
-
-
 @contextlib.contextmanager
 def exclusive_lock(path: Path) -> Iterator[int]:
     """An exclusive advisory lock (flock(2)) on ``path``, created if missing; the kernel drops it

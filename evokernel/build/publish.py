@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from evokernel.build.cache import MARKER, complete_build, exclusive_lock
+from evokernel.build.cache import MARKER, exclusive_lock
 from evokernel.jsonfile import write_json_atomic
 
 KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -79,6 +79,19 @@ def publish(work: Path, cache_dir: Path) -> dict[str, Any] | None:
     r["build_dirs"] = dirs
     write_json_atomic(Path(work) / "result.json", r, indent=1)
     return r
+
+
+def complete_build(folder: Path) -> bool:
+    """A finished build folder: its marker (MARKER) names its own key and the binary that was
+    loaded is there (a ``*.so`` extension, or an NVRTC ``*.cubin``). A partial build, a deleted
+    binary or a marker copied from another folder is not complete, and is built again."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict) or marker.get("key") != folder.name:
+        return False
+    return any(folder.glob("*.so")) or any(folder.glob("*.cubin"))
 
 
 def _check(folder: Path) -> str | None:

@@ -79,29 +79,16 @@ def test_a_build_whose_driver_was_killed_is_waited_for_not_doubled(tmp_path):
 def test_an_unpublished_result_is_no_cache_hit(tmp_path, monkeypatch):
     """A result.json naming a build in the candidate's own folder (written by a build process
     after its driver died, so never moved into the cache) makes the candidate build again."""
-    builder = Builder(tmp_path, arch="9.0", timeout_s=60, workers=1, audit=False)
-    cand = Candidate("import torch\n")
-    runs = []
-
-    def stand_in(work: Path, mode: str, spent_s: float = 0.0, keep_fds=()):
-        """What a build process leaves: its build staged in its folder and its result."""
-        runs.append(mode)
-        _leave(work, KEY)
-        (work / "build.log").write_text("")
-        return False, 0
-
-    monkeypatch.setattr(builder, "_run", stand_in)
-    first = builder.build(cand)
-    in_cache = tmp_path.resolve() / "builds" / KEY
-    assert runs == ["trim"] and first.ok and not first.cache_hit
-    assert first.build_dirs == (str(in_cache),) and (in_cache / MARKER).is_file()
+    builder, cand, folder, runs = _published(tmp_path, monkeypatch)
+    assert runs == ["trim"] and folder == tmp_path.resolve() / "builds" / KEY
+    assert (folder / MARKER).is_file()
     assert builder.build(cand).cache_hit and runs == ["trim"]      # published: a hit
 
     (work,) = [f.parent for f in (tmp_path / "candidates").glob("*/result.json")]
     _leave(work, "cd" * 32)                           # an orphan's result, never published
     again = builder.build(cand)
     assert runs == ["trim", "trim"] and again.ok and not again.cache_hit
-    assert again.build_dirs == (str(in_cache),)
+    assert again.build_dirs == (str(folder),)
 
 
 def _leave(work: Path, key: str) -> None:
