@@ -81,29 +81,27 @@ def publish(work: Path, cache_dir: Path) -> dict[str, Any] | None:
     return r
 
 
-def complete_build(folder: Path) -> bool:
-    """A finished build folder: its marker (MARKER) names its own key and the binary that was
-    loaded is there (a ``*.so`` extension, or an NVRTC ``*.cubin``). A partial build, a deleted
-    binary or a marker copied from another folder is not complete, and is built again."""
+def _own_marker(folder: Path) -> bool:
+    """``folder``'s marker (MARKER) is readable JSON naming ``folder``'s own key."""
     try:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    if not isinstance(marker, dict) or marker.get("key") != folder.name:
-        return False
-    return any(folder.glob("*.so")) or any(folder.glob("*.cubin"))
+    return isinstance(marker, dict) and marker.get("key") == folder.name
+
+
+def complete_build(folder: Path) -> bool:
+    """A finished build folder: its marker (MARKER) names its own key and the binary that was
+    loaded is there (a ``*.so`` extension, or an NVRTC ``*.cubin``). A partial build, a deleted
+    binary or a marker copied from another folder is not complete, and is built again."""
+    return _own_marker(folder) and (any(folder.glob("*.so")) or any(folder.glob("*.cubin")))
 
 
 def _check(folder: Path) -> str | None:
     """Why a staged build folder may not enter the cache, or None."""
     if folder.parent.is_symlink() or not stat.S_ISDIR(folder.lstat().st_mode):
         return f"{folder} is not a folder of its own"
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-        key_ok = isinstance(marker, dict) and marker.get("key") == folder.name
-    except (OSError, ValueError):
-        key_ok = False
-    if not key_ok or (folder / MARKER).is_symlink():
+    if not _own_marker(folder) or (folder / MARKER).is_symlink():
         return f"{folder} has no marker of its own key: the build did not finish"
     for root, subdirs, files in os.walk(folder):
         for name in subdirs + files:
