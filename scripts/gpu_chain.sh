@@ -17,14 +17,16 @@
 # since only RESULTS_DIR comes back. Environment variables for gpu_check.sh (LIMIT, REPEAT,
 # BENCH_ARGS, ...) go on start's command line. Every start and poll waits (WAIT_S) and, when $OUT
 # is set, packs RESULTS_DIR into $OUT/results-<time>.tgz, so a machine lost between calls loses
-# only the stage in flight. Exit status: 0 while the list runs or after it ended well, the list's
+# only the stage in flight; PACK_ALSO (on start's command line: paths inside the repository,
+# space-separated) is packed beside it, for a frontier stage whose FRONTIER_ROOT lies elsewhere
+# (an ablation's runs stay where they are committed). Exit status: 0 while the list runs or after it ended well, the list's
 # own status when it ended otherwise, 2 for bad use. The list is found by the PID and session it
 # wrote at start, never by matching command lines (a `pgrep -f` on the list's own words also
 # matches the shell that runs the poll, and a `pkill -f` kills it: 2026-12-02, a call's results
 # lost).
 set -uo pipefail
 W=/tmp/gpu-chain STAGES=/tmp/gpu-chain.stages PIDF=/tmp/gpu-chain.pid LOG=/tmp/gpu-chain.log
-RF=/tmp/gpu-chain.results RC=/tmp/gpu-chain.rc
+RF=/tmp/gpu-chain.results RC=/tmp/gpu-chain.rc PF=/tmp/gpu-chain.pack
 
 die() { echo "gpu_chain: $*" >&2; exit 2; }
 running() { [ -s "$PIDF" ] && kill -0 "$(cat "$PIDF")" 2>/dev/null; }
@@ -52,9 +54,14 @@ report() {  # wait up to $1 s for the list, then pack and summarize; returns the
   while running && [ "$t" -lt "$wait" ]; do sleep 5; t=$((t + 5)); done
   local r; r=$(cat "$RF" 2>/dev/null) || die "no list was started"
   if [ -n "${OUT:-}" ]; then
-    if [ -d "$W/$r" ]; then
-      tar czf "$OUT/results-$(date -u +%H%M%S.%N).tgz" --exclude='*.so' --exclude='*.o' -C "$W" "$r"
-    else echo "gpu_chain: nothing to pack yet ($W/$r does not exist)"; fi
+    local p packed=()
+    for p in "$r" $(cat "$PF" 2>/dev/null); do
+      if [ -e "$W/$p" ]; then packed+=("$p"); else echo "gpu_chain: nothing to pack yet at $W/$p"; fi
+    done
+    if [ "${#packed[@]}" -gt 0 ]; then
+      tar czf "$OUT/results-$(date -u +%H%M%S.%N).tgz" --exclude='*.so' --exclude='*.o' \
+        -C "$W" "${packed[@]}"
+    fi
   fi
   grep -h "^== stage" "$LOG"
   grep -v -E "DEBUG|^W[0-9]" "$LOG" | tail -40
@@ -70,7 +77,9 @@ case "${1:-}" in
   start)
     r=${2:?results dir}; stages=${3:?stages}; seconds "${4:-540}"
     [ -f scripts/gpu_check.sh ] || die "run it from the repository root (no scripts/gpu_check.sh here)"
-    case "$r" in /*|*..*) die "RESULTS_DIR must be a path inside the repository, got $r" ;; esac
+    for p in "$r" ${PACK_ALSO:-}; do
+      case "$p" in /*|*..*) die "RESULTS_DIR and PACK_ALSO must be paths inside the repository, got $p" ;; esac
+    done
     if running; then die "a list is running (pid $(cat "$PIDF")); stop it first"; fi
     keep=""
     if [ -d "$W/$r" ]; then keep=$(mktemp -d); mv "$W/$r" "$keep/kept"; fi
@@ -78,7 +87,7 @@ case "${1:-}" in
     if [ -n "$keep" ]; then
       mkdir -p "$(dirname "$W/$r")"; rm -rf "${W:?}/$r"; mv "$keep/kept" "$W/$r"; rmdir "$keep"
     fi
-    echo "$r" >"$RF"; rm -f "$PIDF" "$RC"; : >"$LOG"; write_stages "$stages"
+    echo "$r" >"$RF"; echo "${PACK_ALSO:-}" >"$PF"; rm -f "$PIDF" "$RC"; : >"$LOG"; write_stages "$stages"
     # The list writes its PID (a new session's leader), runs gpu_check.sh and writes its status;
     # every descriptor goes to the log, so no caller's pipe waits on it.
     (cd "$W" && OUT='' exec setsid bash -c 'echo $$ >"$1"; "${@:3}"; echo $? >"$2"' _ \
