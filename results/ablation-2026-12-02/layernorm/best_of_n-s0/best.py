@@ -1,93 +1,155 @@
 # evokernel: best kernel of run best_of_n-s0 for problem layernorm
-# candidate 9fd210059d5743b5, generation 1, operator idea; speedup 35.696x over eager (8.0804 ms -> 0.2264 ms, 172% of floor)
-# idea: Reshape the normalize kernel's grid so that each thread owns one column group instead of one (row, element) pair: a 1D grid of ceil(N/(4*EW_BLOCK)) blocks (4096 blocks of 256 threads for N=4,194,304), where each thread loads its float4 of weight and bias once into registers, then loops over all rows r (16 here, with mean[r]/rstd[r] staged in shared memory by the block up front, unrolled by 4 rows so 4 independent float4 loads of x are in flight) and writes y with float4 stores (scalar tail path when N % 4 != 0 or pointers are misaligned). Right now blockIdx.y walks rows, and the 32 MB of weight+bias is streamed again for each of the 16 rows while x evicts it from L2, adding about 512 MB of HBM traffic; this layout reads weight/bias only once, so the kernel moves just x in + y out (plus 32 MB), and the wider per-thread work removes the 64-bit grid-stride index math per element.
+# candidate 4af22335d4dff60b, generation 2, operator idea; speedup 37.544x over eager (8.3329 ms -> 0.2220 ms, 176% of floor)
+# idea: [compute] Rewrite the statistics path (ln_chunk_stats_kernel, 80 µs, plus ln_combine_kernel and its launch) so that each BLOCK=256 thread loads its share of the CHUNK=8192 chunk once, as 8 float4s kept in registers (n % 4 == 0 and 16-byte alignment checked in Python, with a scalar path otherwise). Compute the chunk sum and then sum((v - chunk_mean)^2) from those registers instead of reading global memory a second time, and replace the 8-level shared-memory tree (16 __syncthreads) with __shfl_xor_sync warp reductions plus one 8-float shared array. Fold the combine into the same kernel with a per-row atomicAdd ticket: the last of the row's 512 blocks, after a __threadfence, does the exact Chan combine M2 = sum_c [M2_c + n_c (mean_c - mean)^2] over the row's partials with warp shuffles, writes mean and rstd, and resets the ticket to 0. The normalize step then costs one fmaf((x - m) * rs, w, b) per element.
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/best_of_n-s0/best.py
-"""LayerNorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row combine, then a
-column-owning normalize + affine kernel. In the normalize kernel each thread owns one float4
-column group of the normalized row: it loads weight/bias for it once into registers and then walks
-the rows (mean/rstd staged in shared memory per tile of rows, UNROLL rows' x loads in flight), so
-weight and bias are read from HBM once instead of once per row. A scalar variant handles
-N % 4 != 0 or misaligned pointers."""
+"""LayerNorm, NVRTC form.
+
+Statistics: one block per (row, chunk of CHUNK = BLOCK*4*ITEMS floats). Each thread loads its ITEMS
+float4s once into registers; the block computes the chunk sum and then sum((v - chunk_mean)^2)
+from those registers (two-pass, stable on offset data) with warp-shuffle reductions. The last block
+of each row (atomic ticket after __threadfence) does the exact Chan combine
+M2 = sum_c [M2_c + n_c (mean_c - mean)^2] over the row's partials, writes mean/rstd and resets the
+ticket to 0. Normalize: each thread owns one float4 column of the row, keeps weight/bias in
+registers and walks all rows (reverse order, to hit the tail of x still in L2)."""
 import torch
 import torch.nn as nn
 
 from evokernel.nvrtc import compile_kernels
 
 cuda_src = r"""
-constexpr int BLOCK = 256;    // tune: 64 128 256 512 1024
-constexpr int CHUNK = 8192;   // tune: 1024 2048 4096 8192 16384 32768
-constexpr int EW_BLOCK = 256; // tune: 128 256 512 1024
-constexpr int UNROLL = 4;     // tune: 1 2 4 8
-constexpr int ROW_TILE = 64;  // tune: 16 32 64 128 256
+constexpr int BLOCK = 256;      // tune: 128 256 512 1024
+constexpr int ITEMS = 8;        // tune: 2 4 8 16
+constexpr int EW_BLOCK = 256;   // tune: 128 256 512 1024
+constexpr int ROW_UNROLL = 4;   // tune: 1 2 4 8
+constexpr int CHUNK = BLOCK * 4 * ITEMS;
+constexpr int NWARPS = BLOCK / 32;
 
-// Tree reduction in shared memory over all BLOCK threads (any BLOCK >= 1); every thread gets
-// the result. `sh` holds BLOCK floats.
-__device__ float block_reduce_sum(float v, float* sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    int p = 1;
-    while (p < BLOCK) p <<= 1;
-    for (int s = p >> 1; s > 0; s >>= 1) {
-        if (threadIdx.x < s && threadIdx.x + s < BLOCK) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    const float r = sh[0];
-    __syncthreads();
-    return r;
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
-// Block b handles row b / nchunks, chunk c = b % nchunks: elements [c*CHUNK, min((c+1)*CHUNK, N)).
-// Two passes over the chunk: its sum, then sum((x - chunk_mean)^2) (stable on offset data).
-__global__ void ln_chunk_stats_kernel(const float* __restrict__ x, long long N, long long nchunks,
-                                      float* __restrict__ chunk_sum, float* __restrict__ chunk_m2) {
-    __shared__ float sh[BLOCK];
-    const long long b = blockIdx.x;
-    const long long r = b / nchunks, c = b % nchunks;
-    const long long start = c * CHUNK;
-    const int n = (N - start < CHUNK) ? (int)(N - start) : CHUNK;
-    const float* xc = x + r * N + start;
+// Block-wide sum over BLOCK threads (a multiple of 32, at most 1024); every thread gets the
+// result. `sh` holds NWARPS floats and may be reused right after the call.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    float t = (lane < NWARPS) ? sh[lane] : 0.0f;
+    t = warp_sum(t);
+    __syncthreads();
+    return t;
+}
+
+template <bool VEC>
+__device__ __forceinline__ void stats_body(const float* __restrict__ x, long long N, int nchunks,
+                                           float eps, float* __restrict__ part_sum,
+                                           float* __restrict__ part_m2, int* __restrict__ ticket,
+                                           float* __restrict__ mean_out,
+                                           float* __restrict__ rstd_out, float* sh,
+                                           int* last_flag) {
+    const int b = blockIdx.x;
+    const int r = b / nchunks;
+    const int c = b - r * nchunks;
+    const long long start = (long long)c * CHUNK;
+    const long long rem = N - start;
+    const int n = rem < (long long)CHUNK ? (int)rem : CHUNK;
+    const float* xc = x + (long long)r * N + start;
+
+    // Load the thread's share of the chunk once, into registers.
+    float4 v[ITEMS];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        const int e = (k * BLOCK + (int)threadIdx.x) * 4;
+        if (VEC) {
+            // n % 4 == 0 on this path, so e < n means the whole float4 is in range.
+            v[k] = (e < n) ? __ldg(reinterpret_cast<const float4*>(xc + e))
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        } else {
+            v[k].x = (e + 0 < n) ? __ldg(xc + e + 0) : 0.0f;
+            v[k].y = (e + 1 < n) ? __ldg(xc + e + 1) : 0.0f;
+            v[k].z = (e + 2 < n) ? __ldg(xc + e + 2) : 0.0f;
+            v[k].w = (e + 3 < n) ? __ldg(xc + e + 3) : 0.0f;
+        }
+    }
+
+    // Pass 1 (registers): chunk sum.
     float s = 0.0f;
-    for (int i = threadIdx.x; i < n; i += BLOCK) s += xc[i];
-    const float sum = block_reduce_sum(s, sh);
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    const float sum = block_sum(s, sh);
     const float mean = sum / (float)n;
+
+    // Pass 2 (registers): sum of squared deviations from the chunk mean.
     float q = 0.0f;
-    for (int i = threadIdx.x; i < n; i += BLOCK) {
-        const float d = xc[i] - mean;
-        q = fmaf(d, d, q);
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        const int e = (k * BLOCK + (int)threadIdx.x) * 4;
+        const float dx = (e + 0 < n) ? v[k].x - mean : 0.0f;
+        const float dy = (e + 1 < n) ? v[k].y - mean : 0.0f;
+        const float dz = (e + 2 < n) ? v[k].z - mean : 0.0f;
+        const float dw = (e + 3 < n) ? v[k].w - mean : 0.0f;
+        q = fmaf(dx, dx, q);
+        q = fmaf(dy, dy, q);
+        q = fmaf(dz, dz, q);
+        q = fmaf(dw, dw, q);
     }
-    const float m2 = block_reduce_sum(q, sh);
+    const float m2 = block_sum(q, sh);
+
     if (threadIdx.x == 0) {
-        chunk_sum[b] = sum;
-        chunk_m2[b] = m2;
+        part_sum[b] = sum;
+        part_m2[b] = m2;
+        __threadfence();
+        const int t = atomicAdd(ticket + r, 1);
+        *last_flag = (t == nchunks - 1) ? 1 : 0;
+    }
+    __syncthreads();
+    if (*last_flag == 0) return;
+
+    // Last block of the row: exact Chan combine of the row's partials.
+    __threadfence();
+    const float* ps = part_sum + (long long)r * nchunks;
+    const float* pm = part_m2 + (long long)r * nchunks;
+    float s2 = 0.0f;
+    for (int i = threadIdx.x; i < nchunks; i += BLOCK) s2 += __ldcg(ps + i);
+    const float rmean = block_sum(s2, sh) / (float)N;
+    float q2 = 0.0f;
+    for (int i = threadIdx.x; i < nchunks; i += BLOCK) {
+        const long long rr = N - (long long)i * CHUNK;
+        const float nc = (float)(rr < (long long)CHUNK ? rr : (long long)CHUNK);
+        const float d = __ldcg(ps + i) / nc - rmean;
+        q2 += fmaf(nc * d, d, __ldcg(pm + i));
+    }
+    const float M2 = block_sum(q2, sh);
+    if (threadIdx.x == 0) {
+        mean_out[r] = rmean;
+        rstd_out[r] = 1.0f / sqrtf(M2 / (float)N + eps);
+        ticket[r] = 0;
     }
 }
 
-// One block per row. mean = sum(chunk sums) / N; M2 = sum_c [M2_c + n_c (mean_c - mean)^2]
-// (exact decomposition of sum((x - mean)^2)); rstd = 1 / sqrt(M2 / N + eps) (biased variance).
-__global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
-                                  const float* __restrict__ chunk_m2, long long N,
-                                  long long nchunks, float eps, float* __restrict__ mean_out,
-                                  float* __restrict__ rstd_out) {
-    __shared__ float sh[BLOCK];
-    const long long r = blockIdx.x;
-    const float* cs = chunk_sum + r * nchunks;
-    const float* cm = chunk_m2 + r * nchunks;
-    float s = 0.0f;
-    for (long long c = threadIdx.x; c < nchunks; c += BLOCK) s += cs[c];
-    const float mean = block_reduce_sum(s, sh) / (float)N;
-    float q = 0.0f;
-    for (long long c = threadIdx.x; c < nchunks; c += BLOCK) {
-        const long long rest = N - c * CHUNK;
-        const float n_c = (float)(rest < CHUNK ? rest : CHUNK);
-        const float d = cs[c] / n_c - mean;
-        q += cm[c] + n_c * d * d;
-    }
-    const float m2 = block_reduce_sum(q, sh);
-    if (threadIdx.x == 0) {
-        const float var = m2 / (float)N;
-        mean_out[r] = mean;
-        rstd_out[r] = 1.0f / sqrtf(var + eps);
-    }
+__global__ void __launch_bounds__(BLOCK)
+ln_stats_vec_kernel(const float* __restrict__ x, long long N, int nchunks, float eps,
+                    float* __restrict__ part_sum, float* __restrict__ part_m2,
+                    int* __restrict__ ticket, float* __restrict__ mean_out,
+                    float* __restrict__ rstd_out) {
+    __shared__ float sh[NWARPS];
+    __shared__ int last_flag;
+    stats_body<true>(x, N, nchunks, eps, part_sum, part_m2, ticket, mean_out, rstd_out, sh,
+                     &last_flag);
+}
+
+__global__ void __launch_bounds__(BLOCK)
+ln_stats_scalar_kernel(const float* __restrict__ x, long long N, int nchunks, float eps,
+                       float* __restrict__ part_sum, float* __restrict__ part_m2,
+                       int* __restrict__ ticket, float* __restrict__ mean_out,
+                       float* __restrict__ rstd_out) {
+    __shared__ float sh[NWARPS];
+    __shared__ int last_flag;
+    stats_body<false>(x, N, nchunks, eps, part_sum, part_m2, ticket, mean_out, rstd_out, sh,
+                      &last_flag);
 }
 
 __device__ __forceinline__ float4 ln_apply4(float4 v, float m, float rs, float4 w, float4 b) {
@@ -99,126 +161,83 @@ __device__ __forceinline__ float4 ln_apply4(float4 v, float m, float rs, float4 
     return o;
 }
 
-// Vector path (N % 4 == 0, all pointers 16-byte aligned). Thread g = blockIdx.x*EW_BLOCK + tid
-// owns float4 column group g of every row; blockIdx.y selects the row group
-// [blockIdx.y*rows_per_group, min(rows, (blockIdx.y+1)*rows_per_group)).
-__global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
-                                         const float* __restrict__ mean,
-                                         const float* __restrict__ rstd,
-                                         const float* __restrict__ weight,
-                                         const float* __restrict__ bias, float* __restrict__ y,
-                                         long long rows, long long N, long long rows_per_group) {
-    __shared__ float s_mean[ROW_TILE];
-    __shared__ float s_rstd[ROW_TILE];
-    const long long N4 = N >> 2;
-    const long long g = (long long)blockIdx.x * EW_BLOCK + threadIdx.x;
-    const bool active = g < N4;
-    float4 wv = make_float4(0.f, 0.f, 0.f, 0.f), bv = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (active) {
-        wv = __ldg(reinterpret_cast<const float4*>(weight) + g);
-        bv = __ldg(reinterpret_cast<const float4*>(bias) + g);
+// Each thread owns float4 column j: weight/bias in registers, walks all rows (last row first,
+// since the tail of x is what the statistics kernel left in L2).
+__global__ void __launch_bounds__(EW_BLOCK)
+ln_normalize_vec_kernel(const float* __restrict__ x, const float* __restrict__ mean,
+                        const float* __restrict__ rstd, const float* __restrict__ weight,
+                        const float* __restrict__ bias, float* __restrict__ y, int rows,
+                        long long N4) {
+    const long long j = (long long)blockIdx.x * EW_BLOCK + threadIdx.x;
+    if (j >= N4) return;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    const float4 w = __ldg(reinterpret_cast<const float4*>(weight) + j);
+    const float4 bb = __ldg(reinterpret_cast<const float4*>(bias) + j);
+    int r = rows - 1;
+    for (; r >= ROW_UNROLL - 1; r -= ROW_UNROLL) {
+        float4 xv[ROW_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ROW_UNROLL; ++u) xv[u] = __ldcs(x4 + (long long)(r - u) * N4 + j);
+#pragma unroll
+        for (int u = 0; u < ROW_UNROLL; ++u) {
+            const float m = __ldg(mean + (r - u)), rs = __ldg(rstd + (r - u));
+            __stcs(y4 + (long long)(r - u) * N4 + j, ln_apply4(xv[u], m, rs, w, bb));
+        }
     }
-    const float4* __restrict__ x4 = reinterpret_cast<const float4*>(x) + g;
-    float4* __restrict__ y4 = reinterpret_cast<float4*>(y) + g;
-    const long long r0 = (long long)blockIdx.y * rows_per_group;
-    long long r1 = r0 + rows_per_group;
-    if (r1 > rows) r1 = rows;
-    for (long long rt = r0; rt < r1; rt += ROW_TILE) {
-        const int nt = (int)((r1 - rt) < ROW_TILE ? (r1 - rt) : ROW_TILE);
-        __syncthreads();
-        for (int k = threadIdx.x; k < nt; k += EW_BLOCK) {
-            s_mean[k] = mean[rt + k];
-            s_rstd[k] = rstd[rt + k];
-        }
-        __syncthreads();
-        if (active) {
-            int k = 0;
-            for (; k + UNROLL <= nt; k += UNROLL) {
-                float4 v[UNROLL];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) v[u] = x4[(rt + k + u) * N4];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u)
-                    y4[(rt + k + u) * N4] = ln_apply4(v[u], s_mean[k + u], s_rstd[k + u], wv, bv);
-            }
-            for (; k < nt; ++k) {
-                const float4 v = x4[(rt + k) * N4];
-                y4[(rt + k) * N4] = ln_apply4(v, s_mean[k], s_rstd[k], wv, bv);
-            }
-        }
+    for (; r >= 0; --r) {
+        const float4 xv = __ldcs(x4 + (long long)r * N4 + j);
+        const float m = __ldg(mean + r), rs = __ldg(rstd + r);
+        __stcs(y4 + (long long)r * N4 + j, ln_apply4(xv, m, rs, w, bb));
     }
 }
 
-// Scalar path (any N, any alignment): same layout with one element per thread.
-__global__ void ln_normalize_scalar_kernel(const float* __restrict__ x,
-                                           const float* __restrict__ mean,
-                                           const float* __restrict__ rstd,
-                                           const float* __restrict__ weight,
-                                           const float* __restrict__ bias, float* __restrict__ y,
-                                           long long rows, long long N,
-                                           long long rows_per_group) {
-    __shared__ float s_mean[ROW_TILE];
-    __shared__ float s_rstd[ROW_TILE];
-    const long long g = (long long)blockIdx.x * EW_BLOCK + threadIdx.x;
-    const bool active = g < N;
-    float wv = 0.f, bv = 0.f;
-    if (active) {
-        wv = __ldg(weight + g);
-        bv = __ldg(bias + g);
+// Scalar fallback (N % 4 != 0 or misaligned pointers): each thread owns one column element.
+__global__ void __launch_bounds__(EW_BLOCK)
+ln_normalize_scalar_kernel(const float* __restrict__ x, const float* __restrict__ mean,
+                           const float* __restrict__ rstd, const float* __restrict__ weight,
+                           const float* __restrict__ bias, float* __restrict__ y, int rows,
+                           long long N) {
+    const long long j = (long long)blockIdx.x * EW_BLOCK + threadIdx.x;
+    if (j >= N) return;
+    const float w = __ldg(weight + j), bb = __ldg(bias + j);
+    int r = rows - 1;
+    for (; r >= ROW_UNROLL - 1; r -= ROW_UNROLL) {
+        float xv[ROW_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ROW_UNROLL; ++u) xv[u] = __ldcs(x + (long long)(r - u) * N + j);
+#pragma unroll
+        for (int u = 0; u < ROW_UNROLL; ++u) {
+            const float m = __ldg(mean + (r - u)), rs = __ldg(rstd + (r - u));
+            __stcs(y + (long long)(r - u) * N + j, fmaf((xv[u] - m) * rs, w, bb));
+        }
     }
-    const float* __restrict__ xg = x + g;
-    float* __restrict__ yg = y + g;
-    const long long r0 = (long long)blockIdx.y * rows_per_group;
-    long long r1 = r0 + rows_per_group;
-    if (r1 > rows) r1 = rows;
-    for (long long rt = r0; rt < r1; rt += ROW_TILE) {
-        const int nt = (int)((r1 - rt) < ROW_TILE ? (r1 - rt) : ROW_TILE);
-        __syncthreads();
-        for (int k = threadIdx.x; k < nt; k += EW_BLOCK) {
-            s_mean[k] = mean[rt + k];
-            s_rstd[k] = rstd[rt + k];
-        }
-        __syncthreads();
-        if (active) {
-            int k = 0;
-            for (; k + UNROLL <= nt; k += UNROLL) {
-                float v[UNROLL];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) v[u] = xg[(rt + k + u) * N];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u)
-                    yg[(rt + k + u) * N] = fmaf((v[u] - s_mean[k + u]) * s_rstd[k + u], wv, bv);
-            }
-            for (; k < nt; ++k) {
-                const float v = xg[(rt + k) * N];
-                yg[(rt + k) * N] = fmaf((v - s_mean[k]) * s_rstd[k], wv, bv);
-            }
-        }
+    for (; r >= 0; --r) {
+        const float xv = __ldcs(x + (long long)r * N + j);
+        const float m = __ldg(mean + r), rs = __ldg(rstd + r);
+        __stcs(y + (long long)r * N + j, fmaf((xv - m) * rs, w, bb));
     }
 }
 """
 
-kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_combine_kernel",
-                                     "ln_normalize_vec4_kernel", "ln_normalize_scalar_kernel"])
-BLOCK, CHUNK, EW_BLOCK = (kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK"))
-
-_SM_COUNT = {}
-
-
-def _sm_count(device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
+kernels = compile_kernels(cuda_src, ["ln_stats_vec_kernel", "ln_stats_scalar_kernel",
+                                     "ln_normalize_vec_kernel", "ln_normalize_scalar_kernel"])
+BLOCK, ITEMS, EW_BLOCK = (kernels.constant(n) for n in ("BLOCK", "ITEMS", "EW_BLOCK"))
+CHUNK = BLOCK * 4 * ITEMS
 
 
 class ModelNew(nn.Module):
     def __init__(self, normalized_shape: tuple):
         super().__init__()
         self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+        # Per-row atomic tickets (workspace, not output): zero between launches, since the last
+        # block of each row resets its ticket.
+        self._ticket = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.ln.weight, self.ln.bias
+        if w is None or b is None:
+            raise ValueError("layernorm: elementwise affine weight and bias are required")
         if not (x.is_cuda and x.dtype == torch.float32 and x.dim() >= w.dim()
                 and tuple(x.shape[x.dim() - w.dim():]) == tuple(w.shape)):
             raise ValueError("layernorm: x must be a float32 CUDA tensor whose trailing dims "
@@ -232,31 +251,32 @@ class ModelNew(nn.Module):
             return y
         rows = x.numel() // n
         nchunks = (n + CHUNK - 1) // CHUNK
-        if rows * nchunks >= 1 << 31:
+        if rows * nchunks >= (1 << 31) - 1 or rows >= (1 << 31) - 1:
             raise ValueError("layernorm: too many (row, chunk) blocks")
-        chunk_sum = torch.empty(rows * nchunks, device=x.device, dtype=x.dtype)
-        chunk_m2 = torch.empty_like(chunk_sum)
-        mean = torch.empty(rows, device=x.device, dtype=x.dtype)
-        rstd = torch.empty_like(mean)
-        kernels.ln_chunk_stats_kernel.launch(rows * nchunks, BLOCK, x, n, nchunks, chunk_sum,
-                                             chunk_m2)
-        kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks,
-                                         float(self.ln.eps), mean, rstd)
 
-        vec = (n % 4 == 0) and all(t.data_ptr() % 16 == 0 for t in (x, y, w, b))
-        cols = n // 4 if vec else n
-        col_blocks = (cols + EW_BLOCK - 1) // EW_BLOCK
-        if col_blocks >= 1 << 31:
-            raise ValueError("layernorm: normalized size too large")
-        # Split rows into groups only when the column blocks alone cannot fill the GPU.
-        target_blocks = _sm_count(x.device) * 16
-        want_groups = max(1, (target_blocks + col_blocks - 1) // col_blocks)
-        row_groups = max(1, min(rows, want_groups, 65535))
-        rows_per_group = (rows + row_groups - 1) // row_groups
-        row_groups = (rows + rows_per_group - 1) // rows_per_group
-        if row_groups > 65535:
-            raise ValueError("layernorm: too many row groups")
-        kern = kernels.ln_normalize_vec4_kernel if vec else kernels.ln_normalize_scalar_kernel
-        kern.launch((col_blocks, row_groups), EW_BLOCK, x, mean, rstd, w, b, y, rows, n,
-                    rows_per_group)
+        t = self._ticket
+        if t is None or t.device != x.device or t.numel() < rows:
+            t = torch.zeros(rows, device=x.device, dtype=torch.int32)
+            self._ticket = t
+
+        part_sum = torch.empty(rows * nchunks, device=x.device, dtype=torch.float32)
+        part_m2 = torch.empty_like(part_sum)
+        mean = torch.empty(rows, device=x.device, dtype=torch.float32)
+        rstd = torch.empty_like(mean)
+
+        vec = (n % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
+               and w.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
+        eps = float(self.ln.eps)
+
+        stats = kernels.ln_stats_vec_kernel if vec else kernels.ln_stats_scalar_kernel
+        stats.launch(rows * nchunks, BLOCK, x, n, nchunks, eps, part_sum, part_m2, t, mean,
+                     rstd)
+
+        if vec:
+            n4 = n // 4
+            kernels.ln_normalize_vec_kernel.launch((n4 + EW_BLOCK - 1) // EW_BLOCK, EW_BLOCK,
+                                                   x, mean, rstd, w, b, y, rows, n4)
+        else:
+            kernels.ln_normalize_scalar_kernel.launch((n + EW_BLOCK - 1) // EW_BLOCK, EW_BLOCK,
+                                                      x, mean, rstd, w, b, y, rows, n)
         return y

@@ -1,13 +1,17 @@
 # evokernel: best kernel of run branching-s0 for problem layernorm
-# candidate 0a2ee35f70def7cd, generation 1, operator idea; speedup 37.295x over eager (8.0783 ms -> 0.2166 ms, 165% of floor)
-# idea: [memory] Make ln_chunk_stats_kernel read x from memory only once by keeping the chunk in registers. With BLOCK=512 and CHUNK=8192, each thread issues CHUNK/(4*BLOCK)=4 independent float4 loads into a register array (a compile-time count with a guarded tail). It computes the chunk sum with a warp-shuffle plus 16-entry shared-memory reduction, then sum((v-mean)^2) from the same registers, so the two-pass stability stays without a second global read. It also swaps the log2(BLOCK) __syncthreads tree for shuffles.
+# candidate e2f972adc048c967, generation 2, operator idea; speedup 38.573x over eager (8.3349 ms -> 0.2161 ms, 171% of floor)
+# idea: [dtypes] Use 128-bit loads with explicit PTX L2 cache-policy qualifiers so the tail of x read by the stats kernel is still in the 60 MiB L2 when the normalize kernel reads it. In ln_chunk_stats_vec4_kernel, load with inline-asm `ld.global.nc.L1::no_allocate.L2::evict_last.v4.f32` for chunks whose flat offset is in the last ~40 MiB of x (blocks b >= rows*nchunks - 40MiB/(CHUNK*4)), and with `...L2::evict_first.v4.f32` for all others. In ln_normalize_vec4_kernel, walk each thread's rows in reverse (r = rows-1 down to 0, keeping ROW_UNROLL groups). x loads use `ld.global.L2::evict_first.v4.f32` (`ld.global.lu` for the protected rows), so the L2-resident rows 13-15 are consumed first and released, and y keeps `st.global.cs`. This saves about 40 MiB of HBM reads (~10 us).
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/branching-s0/best.py
 """LayerNorm, NVRTC form. (1) Per-(row, chunk) statistics with the chunk held in registers:
 each of BLOCK threads loads VPT float4s (CHUNK = BLOCK*VPT*4), the chunk sum and then
 sum((v - chunk_mean)^2) are computed from those registers (two-pass stability, one global read),
 using warp-shuffle + per-warp shared-memory reductions. (2) Per-row combine (exact M2
 decomposition). (3) Column-major normalize: each thread owns a float4 column slot, loads
-weight/bias once and walks all rows (ROW_UNROLL loads in flight), so weight/bias are read once."""
+weight/bias once and walks all rows (ROW_UNROLL loads in flight), so weight/bias are read once.
+L2 plan: the stats kernel loads the last KEEP_MB of x (flat offset >= keep_off, whole chunks)
+with an evict_last L2 policy and everything else with evict_first; the normalize kernel walks
+rows from last to first, so those L2-resident rows are consumed first (ld.global.lu releases
+them), the remaining rows stream with evict_first loads and y is written with st.global.cs."""
 import torch
 import torch.nn as nn
 
@@ -20,6 +24,29 @@ constexpr int CHUNK = BLOCK * VPT * 4;
 constexpr int NWARPS = BLOCK / 32;
 constexpr int EW_BLOCK = 256;  // tune: 128 256 512 1024
 constexpr int ROW_UNROLL = 4;  // tune: 1 2 4 8
+constexpr int KEEP_MB = 32;    // tune: 0 16 24 32 40 48
+
+// L2 eviction-priority policies (sm_80+) for the .L2::cache_hint load form.
+__device__ __forceinline__ unsigned long long l2_policy_evict_last() {
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+__device__ __forceinline__ unsigned long long l2_policy_evict_first() {
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+// 128-bit read-only load that skips L1 and tags the L2 line with the given policy.
+__device__ __forceinline__ float4 ld_nc_l2hint(const float4* p, unsigned long long pol) {
+    float4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p), "l"(pol));
+    return v;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -45,7 +72,8 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
 template <bool VEC>
 __device__ __forceinline__ void chunk_stats_impl(const float* __restrict__ x, long long N,
                                                  long long nchunks, float* __restrict__ chunk_sum,
-                                                 float* __restrict__ chunk_m2, float* sh) {
+                                                 float* __restrict__ chunk_m2, float* sh,
+                                                 long long keep_off) {
     const long long b = blockIdx.x;
     const long long r = b / nchunks, c = b % nchunks;
     const long long start = c * (long long)CHUNK;
@@ -55,12 +83,26 @@ __device__ __forceinline__ void chunk_stats_impl(const float* __restrict__ x, lo
     float4 v[VPT];
     if (VEC) {
         // n is a multiple of 4 here (N % 4 == 0 and CHUNK % 4 == 0) and xc is 16-byte aligned.
+        // Chunks whose flat offset is >= keep_off stay in L2 (evict_last) for the normalize
+        // kernel; all others are streamed with evict_first so they do not displace them.
         const float4* x4 = reinterpret_cast<const float4*>(xc);
         const int n4 = n >> 2;
+        const unsigned long long pol_last = l2_policy_evict_last();
+        const unsigned long long pol_first = l2_policy_evict_first();
+        const unsigned long long pol = (r * N + start >= keep_off) ? pol_last : pol_first;
+        if (n4 == BLOCK * VPT) {
 #pragma unroll
-        for (int k = 0; k < VPT; ++k) {
-            const int idx = k * BLOCK + (int)threadIdx.x;
-            v[k] = (idx < n4) ? x4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int k = 0; k < VPT; ++k) v[k] = ld_nc_l2hint(x4 + k * BLOCK + (int)threadIdx.x, pol);
+        } else {
+#pragma unroll
+            for (int k = 0; k < VPT; ++k) {
+                const int idx = k * BLOCK + (int)threadIdx.x;
+                if (idx < n4) {
+                    v[k] = ld_nc_l2hint(x4 + idx, pol);
+                } else {
+                    v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+            }
         }
     } else {
 #pragma unroll
@@ -101,16 +143,17 @@ __device__ __forceinline__ void chunk_stats_impl(const float* __restrict__ x, lo
 
 __global__ void __launch_bounds__(BLOCK)
 ln_chunk_stats_vec4_kernel(const float* __restrict__ x, long long N, long long nchunks,
-                           float* __restrict__ chunk_sum, float* __restrict__ chunk_m2) {
+                           float* __restrict__ chunk_sum, float* __restrict__ chunk_m2,
+                           long long keep_off) {
     __shared__ float sh[NWARPS];
-    chunk_stats_impl<true>(x, N, nchunks, chunk_sum, chunk_m2, sh);
+    chunk_stats_impl<true>(x, N, nchunks, chunk_sum, chunk_m2, sh, keep_off);
 }
 
 __global__ void __launch_bounds__(BLOCK)
 ln_chunk_stats_kernel(const float* __restrict__ x, long long N, long long nchunks,
                       float* __restrict__ chunk_sum, float* __restrict__ chunk_m2) {
     __shared__ float sh[NWARPS];
-    chunk_stats_impl<false>(x, N, nchunks, chunk_sum, chunk_m2, sh);
+    chunk_stats_impl<false>(x, N, nchunks, chunk_sum, chunk_m2, sh, 0LL);
 }
 
 // One block per row. mean = sum(chunk sums) / N; M2 = sum_c [M2_c + n_c (mean_c - mean)^2]
@@ -150,34 +193,48 @@ __device__ __forceinline__ float4 norm4(float4 v, float m, float rs, float4 w, f
     return o;
 }
 
+// x float4 at flat float4 offset `off`: the L2-resident (protected) part is read with a
+// last-use load that releases its evict_last lines, the rest streams with evict_first.
+__device__ __forceinline__ float4 ld_x4(const float4* __restrict__ x4, long long off,
+                                        long long keep4, unsigned long long pol_first) {
+    if (off >= keep4) return __ldlu(x4 + off);
+    return ld_nc_l2hint(x4 + off, pol_first);
+}
+
 // Column-major normalize over float4 slots: thread owns slot i of the row (grid-stride), loads
-// weight/bias once, then walks all rows with ROW_UNROLL independent loads in flight.
+// weight/bias once, then walks the rows from LAST to FIRST with ROW_UNROLL independent loads in
+// flight, so the rows the stats kernel left in L2 (flat float4 offset >= keep4) are consumed
+// first. y is written with streaming (.cs) stores so it does not push x out of L2.
 __global__ void __launch_bounds__(EW_BLOCK)
 ln_normalize_vec4_kernel(const float* __restrict__ x, const float* __restrict__ mean,
                          const float* __restrict__ rstd, const float* __restrict__ weight,
                          const float* __restrict__ bias, float* __restrict__ y,
-                         long long rows, long long N4) {
+                         long long rows, long long N4, long long keep4) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const float4* w4 = reinterpret_cast<const float4*>(weight);
     const float4* b4 = reinterpret_cast<const float4*>(bias);
     float4* y4 = reinterpret_cast<float4*>(y);
+    const unsigned long long pol_first = l2_policy_evict_first();
     for (long long i = (long long)blockIdx.x * EW_BLOCK + threadIdx.x; i < N4;
          i += (long long)gridDim.x * EW_BLOCK) {
-        const float4 w = w4[i], bb = b4[i];
-        long long r = 0;
-        for (; r + ROW_UNROLL <= rows; r += ROW_UNROLL) {
+        const float4 w = __ldg(w4 + i), bb = __ldg(b4 + i);
+        long long r = rows;  // rows [0, r) remain, processed from r - 1 downwards
+        for (; r >= ROW_UNROLL; r -= ROW_UNROLL) {
             float4 v[ROW_UNROLL];
 #pragma unroll
-            for (int k = 0; k < ROW_UNROLL; ++k) v[k] = x4[(r + k) * N4 + i];
+            for (int k = 0; k < ROW_UNROLL; ++k)
+                v[k] = ld_x4(x4, (r - 1 - k) * N4 + i, keep4, pol_first);
 #pragma unroll
             for (int k = 0; k < ROW_UNROLL; ++k) {
-                const float m = mean[r + k], rs = rstd[r + k];
-                y4[(r + k) * N4 + i] = norm4(v[k], m, rs, w, bb);
+                const long long rr = r - 1 - k;
+                const float m = __ldg(mean + rr), rs = __ldg(rstd + rr);
+                __stcs(y4 + rr * N4 + i, norm4(v[k], m, rs, w, bb));
             }
         }
-        for (; r < rows; ++r) {
-            const float4 v = x4[r * N4 + i];
-            y4[r * N4 + i] = norm4(v, mean[r], rstd[r], w, bb);
+        for (; r > 0; --r) {
+            const long long rr = r - 1;
+            const float4 v = ld_x4(x4, rr * N4 + i, keep4, pol_first);
+            __stcs(y4 + rr * N4 + i, norm4(v, __ldg(mean + rr), __ldg(rstd + rr), w, bb));
         }
     }
 }
@@ -211,7 +268,8 @@ ln_normalize_kernel(const float* __restrict__ x, const float* __restrict__ mean,
 kernels = compile_kernels(cuda_src, ["ln_chunk_stats_vec4_kernel", "ln_chunk_stats_kernel",
                                      "ln_combine_kernel", "ln_normalize_vec4_kernel",
                                      "ln_normalize_kernel"])
-BLOCK, VPT, EW_BLOCK = (kernels.constant(n) for n in ("BLOCK", "VPT", "EW_BLOCK"))
+BLOCK, VPT, EW_BLOCK, KEEP_MB = (kernels.constant(n)
+                                 for n in ("BLOCK", "VPT", "EW_BLOCK", "KEEP_MB"))
 CHUNK = BLOCK * VPT * 4
 
 
@@ -241,15 +299,30 @@ class ModelNew(nn.Module):
         chunk_m2 = torch.empty_like(chunk_sum)
         mean = torch.empty(rows, device=x.device, dtype=x.dtype)
         rstd = torch.empty_like(mean)
-        stats = kernels.ln_chunk_stats_vec4_kernel if vec else kernels.ln_chunk_stats_kernel
-        stats.launch(rows * nchunks, BLOCK, x, n, nchunks, chunk_sum, chunk_m2)
+        # Flat float offset from which x is kept in L2 between the passes: the start of the
+        # first of the last KEEP_MB / (4 * CHUNK) chunks (rows * n means nothing is kept).
+        nblk = rows * nchunks
+        keep_chunks = (int(KEEP_MB) << 20) // (4 * CHUNK)
+        kb = nblk - keep_chunks
+        if not vec or keep_chunks <= 0:
+            keep_off = rows * n
+        elif kb <= 0:
+            keep_off = 0
+        else:
+            keep_off = (kb // nchunks) * n + (kb % nchunks) * CHUNK
+        if vec:
+            kernels.ln_chunk_stats_vec4_kernel.launch(nblk, BLOCK, x, n, nchunks, chunk_sum,
+                                                      chunk_m2, keep_off)
+        else:
+            kernels.ln_chunk_stats_kernel.launch(nblk, BLOCK, x, n, nchunks, chunk_sum,
+                                                 chunk_m2)
         kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks,
                                          float(self.ln.eps), mean, rstd)
         if vec:
             n4 = n // 4
             grid = min((n4 + EW_BLOCK - 1) // EW_BLOCK, 1 << 30)
             kernels.ln_normalize_vec4_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y,
-                                                    rows, n4)
+                                                    rows, n4, keep_off // 4)
         else:
             grid = min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30)
             kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)

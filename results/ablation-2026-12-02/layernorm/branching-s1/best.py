@@ -1,105 +1,146 @@
 # evokernel: best kernel of run branching-s1 for problem layernorm
-# candidate 3f813c0e0f1c2889, generation 1, operator idea; speedup 35.151x over eager (8.0825 ms -> 0.2299 ms, 175% of floor)
-# idea: [memory] Rewrite ln_normalize_kernel so weight/bias are read from HBM once instead of once per row (it now re-streams 32 MiB of w+b for each of the 16 rows, about 512 MiB of extra traffic, which is why it takes 440 us): use a 1D grid over column tiles where each thread owns VEC=4 consecutive columns (tune 4/8, i.e. 1-2 float4), loads its float4 of weight and bias into registers once, then loops over all rows r, loading mean[r]/rstd[r] (broadcast, or staged once per block in shared memory) and doing a 128-bit float4 load of x and a float4 store of y per row (EW_BLOCK=256, grid = N/(VEC*EW_BLOCK) = 4096 blocks, with a scalar tail guard when N % VEC != 0 or the pointers are not 16-byte aligned).
+# candidate 6308e93a85005eaf, generation 2, operator idea; speedup 38.347x over eager (8.3388 ms -> 0.2175 ms, 172% of floor)
+# idea: [dtypes] Replace the two-pass chunk statistics with a single streaming pass that uses shifted data and wider accumulators. Use a persistent grid of rows x SPLIT blocks (SPLIT=64, so 1024 blocks of 256 threads, each striding over N/SPLIT floats with 4 independent float4 loads in flight per iteration). Each thread forms d = x - K, where the pivot K = x[row*N] is read once per block. It folds each float4 into FP32 partials s4 = (d.x+d.y)+(d.z+d.w) and q4 = fma chain of d*d, then adds s4 and q4 to per-thread FP64 accumulators, so there is only 1 float->double conversion pair per 4 elements. Blocks reduce in double and write (double sum_d, double sumsq_d); the combine is a plain double sum, with mean = K + S/N and var = SS/N - (S/N)^2 in double. On mean-1000 data this removes the cancellation that gets a float one-pass variance rejected. It also removes the second read of each chunk, the mid-block barrier between the passes, and the Chan correction term.
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/branching-s1/best.py
-"""LayerNorm, NVRTC form: two-pass statistics per (row, chunk) block (float4 loads), a per-row
-combine, then a column-tiled normalize + affine kernel that reads weight/bias once into registers
-and loops over all rows with 128-bit loads/stores."""
+"""LayerNorm, NVRTC form.
+
+Statistics: one streaming pass. Every row is cut into chunks of SBLOCK*SUNROLL float4; the
+`split` blocks of a row take the chunks round-robin, so all blocks sweep their rows from the
+first column to the last in lockstep (the grid is sized to one resident wave). Each thread forms
+d = x - K with the pivot K = x[row*N], folds each float4 into FP32 partials
+s4 = (d.x+d.y)+(d.z+d.w), q4 = fma chain of d*d, and adds them to FP64 accumulators. Blocks
+reduce in double and write (sum_d, sumsq_d); the last block of each row (atomic counter) adds
+the row's partials in double: mean = K + S/N, var = SS/N - (S/N)^2.
+
+Normalize: a column-tiled kernel that reads weight/bias once into registers and loops over all
+rows (last row first, last tile first: the columns the stats kernel read last, still in L2)
+with 128-bit loads/stores."""
 import torch
 import torch.nn as nn
 
 from evokernel.nvrtc import compile_kernels
 
 cuda_src = r"""
-constexpr int BLOCK = 256;     // tune: 64 128 256 512 1024
-constexpr int CHUNK = 8192;    // tune: 1024 2048 4096 8192 16384 32768
+constexpr int SBLOCK = 256;    // tune: 128 256 512 1024
+constexpr int SUNROLL = 4;     // tune: 2 4 8
+constexpr int SBPS = 4;        // tune: 2 3 4 6 8
+constexpr int SWAVES = 1;      // tune: 1 2 3
 constexpr int EW_BLOCK = 256;  // tune: 128 256 512 1024
 constexpr int VEC4 = 1;        // tune: 1 2
 constexpr int ROW_UNROLL = 2;  // tune: 1 2 4
 
-// Tree reduction in shared memory over all BLOCK threads (any BLOCK >= 1); every thread gets
-// the result. `sh` holds BLOCK floats.
-__device__ float block_reduce_sum(float v, float* sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    int p = 1;
-    while (p < BLOCK) p <<= 1;
-    for (int s = p >> 1; s > 0; s >>= 1) {
-        if (threadIdx.x < s && threadIdx.x + s < BLOCK) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    const float r = sh[0];
-    __syncthreads();
-    return r;
+constexpr int SNWARPS = SBLOCK / 32;
+constexpr int SMINB = (SBPS * SBLOCK <= 2048) ? SBPS : (2048 / SBLOCK);
+
+// Shifted float4 -> FP32 partials -> FP64 accumulators (one conversion pair per 4 elements).
+__device__ __forceinline__ void fold4(const float4 v, const float K, double& as, double& aq) {
+    const float dx = v.x - K, dy = v.y - K, dz = v.z - K, dw = v.w - K;
+    const float s4 = (dx + dy) + (dz + dw);
+    const float q4 = fmaf(dx, dx, fmaf(dy, dy, fmaf(dz, dz, dw * dw)));
+    as += (double)s4;
+    aq += (double)q4;
 }
 
-// Block b handles row b / nchunks, chunk c = b % nchunks: elements [c*CHUNK, min((c+1)*CHUNK, N)).
-// Two passes over the chunk: its sum, then sum((x - chunk_mean)^2) (stable on offset data).
-// vec != 0 means x is 16-byte aligned and N % 4 == 0, so every chunk start is 16-byte aligned.
-__global__ void __launch_bounds__(BLOCK) ln_chunk_stats_kernel(
-    const float* __restrict__ x, long long N, long long nchunks, float* __restrict__ chunk_sum,
-    float* __restrict__ chunk_m2, int vec) {
-    __shared__ float sh[BLOCK];
-    const long long b = blockIdx.x;
-    const long long r = b / nchunks, c = b % nchunks;
-    const long long start = c * CHUNK;
-    const int n = (N - start < CHUNK) ? (int)(N - start) : CHUNK;
-    const float* xc = x + r * N + start;
-    const float4* xc4 = reinterpret_cast<const float4*>(xc);
-    const int n4 = vec ? (n >> 2) : 0;
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < n4; i += BLOCK) {
-        const float4 v = xc4[i];
-        s += (v.x + v.y) + (v.z + v.w);
-    }
-    for (int i = 4 * n4 + threadIdx.x; i < n; i += BLOCK) s += xc[i];
-    const float sum = block_reduce_sum(s, sh);
-    const float mean = sum / (float)n;
-    float q = 0.0f;
-    for (int i = threadIdx.x; i < n4; i += BLOCK) {
-        const float4 v = xc4[i];
-        const float d0 = v.x - mean, d1 = v.y - mean, d2 = v.z - mean, d3 = v.w - mean;
-        q = fmaf(d0, d0, q);
-        q = fmaf(d1, d1, q);
-        q = fmaf(d2, d2, q);
-        q = fmaf(d3, d3, q);
-    }
-    for (int i = 4 * n4 + threadIdx.x; i < n; i += BLOCK) {
-        const float d = xc[i] - mean;
-        q = fmaf(d, d, q);
-    }
-    const float m2 = block_reduce_sum(q, sh);
-    if (threadIdx.x == 0) {
-        chunk_sum[b] = sum;
-        chunk_m2[b] = m2;
-    }
+__device__ __forceinline__ double ld_cg_d(const double* p) {
+    double v;
+    asm volatile("ld.global.cg.f64 %0, [%1];" : "=d"(v) : "l"(p) : "memory");
+    return v;
 }
 
-// One block per row. mean = sum(chunk sums) / N; M2 = sum_c [M2_c + n_c (mean_c - mean)^2]
-// (exact decomposition of sum((x - mean)^2)); rstd = 1 / sqrt(M2 / N + eps) (biased variance).
-__global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
-                                  const float* __restrict__ chunk_m2, long long N,
-                                  long long nchunks, float eps, float* __restrict__ mean_out,
-                                  float* __restrict__ rstd_out) {
-    __shared__ float sh[BLOCK];
-    const long long r = blockIdx.x;
-    const float* cs = chunk_sum + r * nchunks;
-    const float* cm = chunk_m2 + r * nchunks;
-    float s = 0.0f;
-    for (long long c = threadIdx.x; c < nchunks; c += BLOCK) s += cs[c];
-    const float mean = block_reduce_sum(s, sh) / (float)N;
-    float q = 0.0f;
-    for (long long c = threadIdx.x; c < nchunks; c += BLOCK) {
-        const long long rest = N - c * CHUNK;
-        const float n_c = (float)(rest < CHUNK ? rest : CHUNK);
-        const float d = cs[c] / n_c - mean;
-        q += cm[c] + n_c * d * d;
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Block sums of a and b in double; the totals are valid in thread 0.
+__device__ __forceinline__ void block_sum2_d(double& a, double& b, double* ra, double* rb) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    a = warp_sum_d(a);
+    b = warp_sum_d(b);
+    if (lane == 0) {
+        ra[wid] = a;
+        rb[wid] = b;
     }
-    const float m2 = block_reduce_sum(q, sh);
+    __syncthreads();
+    if (wid == 0) {
+        a = lane < SNWARPS ? ra[lane] : 0.0;
+        b = lane < SNWARPS ? rb[lane] : 0.0;
+        a = warp_sum_d(a);
+        b = warp_sum_d(b);
+    }
+    __syncthreads();
+}
+
+// Block blk: row r = blk / split, part c = blk % split. A unit is a float4 when vec != 0
+// (x 16-byte aligned and N % 4 == 0, so every row start is aligned), else one float; the row
+// has nunits units, cut into chunks of SBLOCK*SUNROLL units, and part c owns chunks
+// c, c + split, c + 2*split, ... (only the row's last chunk can be partial).
+// The last block of row r to finish (counter[r]) combines the row's partials and resets
+// counter[r] to 0 for the next call.
+__global__ void __launch_bounds__(SBLOCK, SMINB) ln_stats_kernel(
+    const float* __restrict__ x, long long N, long long nunits, long long split, int vec,
+    float eps, double* psum, double* psq, int* counter,
+    float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+    __shared__ double red_a[SNWARPS];
+    __shared__ double red_b[SNWARPS];
+    __shared__ int s_last;
+    const long long blk = blockIdx.x;
+    const long long r = blk / split, c = blk % split;
+    const float* xr = x + r * N;
+    const float K = __ldg(xr);
+    const long long CH = (long long)SBLOCK * SUNROLL;
+    const long long step = split * CH;
+    double as = 0.0, aq = 0.0;
+    long long base = c * CH;
+    if (vec) {
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        for (; base + CH <= nunits; base += step) {
+            const float4* p = x4 + base + threadIdx.x;
+            float4 v[SUNROLL];
+#pragma unroll
+            for (int u = 0; u < SUNROLL; ++u) v[u] = __ldg(p + u * SBLOCK);
+#pragma unroll
+            for (int u = 0; u < SUNROLL; ++u) fold4(v[u], K, as, aq);
+        }
+        if (base < nunits) {
+            for (long long i = base + threadIdx.x; i < nunits; i += SBLOCK)
+                fold4(__ldg(x4 + i), K, as, aq);
+        }
+    } else {
+        for (; base < nunits; base += step) {
+            const long long lim = (base + CH < nunits) ? base + CH : nunits;
+            for (long long i = base + threadIdx.x; i < lim; i += SBLOCK) {
+                const double d = (double)(__ldg(xr + i) - K);
+                as += d;
+                aq = fma(d, d, aq);
+            }
+        }
+    }
+    block_sum2_d(as, aq, red_a, red_b);
     if (threadIdx.x == 0) {
-        const float var = m2 / (float)N;
-        mean_out[r] = mean;
-        rstd_out[r] = 1.0f / sqrtf(var + eps);
+        psum[blk] = as;
+        psq[blk] = aq;
+        __threadfence();
+        const int old = atomicAdd(counter + r, 1);
+        s_last = (old == (int)split - 1) ? 1 : 0;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    double ts = 0.0, tq = 0.0;
+    for (long long k = threadIdx.x; k < split; k += SBLOCK) {
+        ts += ld_cg_d(psum + r * split + k);
+        tq += ld_cg_d(psq + r * split + k);
+    }
+    block_sum2_d(ts, tq, red_a, red_b);
+    if (threadIdx.x == 0) {
+        const double m = ts / (double)N;
+        double var = tq / (double)N - m * m;
+        if (var < 0.0) var = 0.0;
+        mean_out[r] = (float)((double)K + m);
+        rstd_out[r] = (float)(1.0 / sqrt(var + (double)eps));
+        counter[r] = 0;
     }
 }
 
@@ -198,18 +239,42 @@ __global__ void __launch_bounds__(EW_BLOCK) ln_normalize_scalar_kernel(
 }
 """
 
-kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_combine_kernel",
-                                     "ln_normalize_vec_kernel", "ln_normalize_scalar_kernel"])
-BLOCK, CHUNK, EW_BLOCK, VEC4 = (kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK",
-                                                               "VEC4"))
+kernels = compile_kernels(cuda_src, ["ln_stats_kernel", "ln_normalize_vec_kernel",
+                                     "ln_normalize_scalar_kernel"])
+SBLOCK, SUNROLL, SBPS, SWAVES, EW_BLOCK, VEC4 = (
+    kernels.constant(n) for n in ("SBLOCK", "SUNROLL", "SBPS", "SWAVES", "EW_BLOCK", "VEC4"))
+
+# Host mirror of the stats kernel's launch bounds: resident stats blocks per SM.
+_SMINB = SBPS if SBPS * SBLOCK <= 2048 else max(1, 2048 // SBLOCK)
+_SBPS_EFF = max(1, min(_SMINB, 2048 // SBLOCK, 32))
 
 _MAX_GRID = (1 << 31) - 1
+_SM_COUNT = {}
+
+
+def _sm_count(device):
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    c = _SM_COUNT.get(key)
+    if c is None:
+        c = torch.cuda.get_device_properties(key).multi_processor_count
+        _SM_COUNT[key] = c
+    return c
 
 
 class ModelNew(nn.Module):
     def __init__(self, normalized_shape: tuple):
         super().__init__()
         self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+        self._counters = {}
+
+    def _counter(self, device, rows):
+        # Per-row arrival counters; the stats kernel leaves them at 0 after every call.
+        key = device.index if device.index is not None else torch.cuda.current_device()
+        c = self._counters.get(key)
+        if c is None or c.numel() < rows:
+            c = torch.zeros(max(rows, 1), dtype=torch.int32, device=device)
+            self._counters[key] = c
+        return c
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.ln.weight, self.ln.bias
@@ -225,19 +290,27 @@ class ModelNew(nn.Module):
         if x.numel() == 0:
             return y
         rows = x.numel() // n
-        nchunks = (n + CHUNK - 1) // CHUNK
-        if rows * nchunks >= 1 << 31:
-            raise ValueError("layernorm: too many (row, chunk) blocks")
-        chunk_sum = torch.empty(rows * nchunks, device=x.device, dtype=x.dtype)
-        chunk_m2 = torch.empty_like(chunk_sum)
         mean = torch.empty(rows, device=x.device, dtype=x.dtype)
         rstd = torch.empty_like(mean)
 
+        # Statistics: split each row over `split` blocks, one resident wave in all, balanced so
+        # every block of a row gets the same number of chunks.
         x_vec = (n % 4 == 0) and (x.data_ptr() % 16 == 0)
-        kernels.ln_chunk_stats_kernel.launch(rows * nchunks, BLOCK, x, n, nchunks, chunk_sum,
-                                             chunk_m2, 1 if x_vec else 0)
-        kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks,
-                                         float(self.ln.eps), mean, rstd)
+        nunits = n // 4 if x_vec else n
+        ch = SBLOCK * SUNROLL
+        nch = (nunits + ch - 1) // ch
+        slots = SWAVES * _SBPS_EFF * _sm_count(x.device)
+        split = max(1, min(nch, slots // rows))
+        per = (nch + split - 1) // split
+        split = (nch + per - 1) // per
+        nblk = rows * split
+        if nblk > _MAX_GRID:
+            raise ValueError("layernorm: too many rows")
+        psum = torch.empty(nblk, device=x.device, dtype=torch.float64)
+        psq = torch.empty_like(psum)
+        counter = self._counter(x.device, rows)
+        kernels.ln_stats_kernel.launch(nblk, SBLOCK, x, n, nunits, split, 1 if x_vec else 0,
+                                       float(self.ln.eps), psum, psq, counter, mean, rstd)
 
         all_vec = (x_vec and y.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
                    and b.data_ptr() % 16 == 0)

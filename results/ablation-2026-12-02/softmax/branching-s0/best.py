@@ -1,213 +1,212 @@
 # evokernel: best kernel of run branching-s0 for problem softmax
-# candidate 18926b3c223ed570, generation 1, operator idea; speedup 1.772x over eager (1.0497 ms -> 0.5923 ms, 122% of floor)
-# idea: [memory] Two-pass online softmax with vectorized, cache-hinted access: pass 1 reads the row once as float4 (4 independent accumulator pairs per thread, BLOCK = 1024) and computes max and rescaled sum-of-exp together (Welford-style m/s merge), using ld.global.L2::evict_last (or an L2 access-policy window) so the 256 KiB row stays in the 60 MiB L2. Pass 2 re-reads it as float4 with evict_first and writes exp(x-M)*(1/S) with st.global.cs. Launch one persistent 1024-thread block per SM (grid = 132, looping over rows) so that the rows in flight (132 x 256 KiB = 33 MiB, under the 60 MiB L2) mostly hit L2 on the second read, which brings HBM traffic close to one read and one write.
+# candidate 527bf368b3150468, generation 2, operator idea; speedup 1.823x over eager (1.0504 ms -> 0.5762 ms, 121% of floor)
+# idea: [compute] Add a template<bool FULL> version of softmax_cluster_kernel, chosen in Python when cols/4 == CLUSTER*BLOCK*V4 (true for 65536 at every tuned CLUSTER/BLOCK/V4 product that equals 16384; otherwise the masked FULL=false path runs). It drops all 2*V4 `g < n4` predicates, the -inf fills and the (m == NEG_INF) select. It builds one 64-bit pointer per thread, xr + base*4, and addresses the loads and streaming stores as [ptr + j*BLOCK*16] with compile-time immediate offsets, so there are no per-vector 64-bit IMADs. It also computes 1/S once with __frcp_rn and folds it into c, so the store phase is exactly 4 FMUL + 1 STG.128 per float4 with no integer work.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/branching-s0/best.py
-"""Softmax (dim=1), NVRTC form. Persistent blocks, one row at a time per block:
-pass 1 reads the row once as float4 and computes max and sum-of-exp together (online, chunk
-rescaling); part of each thread's share is kept in registers, the rest is tagged evict_last
-in L2. Pass 2 re-reads only the non-register part (newest chunks first, evict_first) and writes
-exp(x - M) * (1/S) with streaming stores. Falls back to the seed kernel when float4 access is
-not possible (cols % 4 != 0 or misaligned pointers)."""
+"""Softmax over dim=1, NVRTC form: one thread-block cluster (CLUSTER CTAs) per row. The row stays
+in registers: every thread issues its V4 float4 streaming loads back-to-back, then computes a
+warp-level max and a warp-level sum of exp(x - warp_max) from registers. Each warp's (max, sum)
+pair goes to shared memory. One cluster barrier later, every warp gathers all CLUSTER*NWARPS
+pairs over DSMEM and combines them (max first, then a rescaled sum). All threads in the cluster
+combine them in the same order, so they get bitwise-identical (M, S). The output is
+exp(x - warp_max) * (exp(warp_max - M) / S), written from registers with streaming float4
+stores. The exit barrier is split: arrive right after the DSMEM reads, wait after the stores.
+Shapes that do not fit (cols % 4 != 0, row too long, misaligned) use the generic
+one-block-per-row kernel."""
 import torch
 import torch.nn as nn
 
 from evokernel.nvrtc import compile_kernels
 
 cuda_src = r"""
-constexpr int BLOCK = 1024;        // tune: 256 512 1024
-constexpr int CACHE_V4 = 4;        // tune: 0 2 4 8
-constexpr int UNROLL = 4;          // tune: 2 4 8
-constexpr int BLOCKS_PER_SM = 1;   // tune: 1 2
+constexpr int CLUSTER = 8;   // tune: 2 4 8
+constexpr int BLOCK = 256;   // tune: 128 256 512 1024
+constexpr int V4 = 8;        // tune: 4 8 16
 constexpr int NWARPS = BLOCK / 32;
-constexpr int CACHE_ARR = CACHE_V4 > 0 ? CACHE_V4 : 1;
-constexpr int MIN_BLOCKS = (BLOCK * BLOCKS_PER_SM <= 2048) ? BLOCKS_PER_SM : 1;
-
-#define NEG_INF (-__int_as_float(0x7f800000))
+constexpr int NPAIRS = CLUSTER * NWARPS;
+constexpr int PPL = (NPAIRS + 31) / 32;   // warp pairs gathered per lane
+constexpr int MIN_BLOCKS = 5;             // tune: 1 4 5 6
+constexpr int MINB_RAW = (MIN_BLOCKS * BLOCK <= 2048) ? MIN_BLOCKS : (2048 / BLOCK);
+constexpr int MINB = MINB_RAW < 1 ? 1 : MINB_RAW;   // resident CTAs per SM asked of ptxas
+constexpr int SPAN = BLOCK * V4;          // float4 of one row held by one CTA
+constexpr int ROW4 = CLUSTER * SPAN;      // float4 of one row held by one cluster
 
 // ---------------------------------------------------------------------------------------------
-// Cache-policy helpers (sm_80+)
+// small PTX helpers
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ unsigned long long policy_evict_last() {
-    unsigned long long p;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-    return p;
+__device__ __forceinline__ float nanmax(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));   // propagates NaN like PyTorch
+    return r;
 }
-__device__ __forceinline__ unsigned long long policy_evict_first() {
-    unsigned long long p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-__device__ __forceinline__ float4 ld_v4(const float4* p, unsigned long long pol) {
+
+__device__ __forceinline__ float4 ld_stream4(const float* p) {
     float4 v;
-    asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-        : "l"(p), "l"(pol));
+    asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
     return v;
 }
-__device__ __forceinline__ void st_cs_v4(float4* p, float4 v) {
+
+__device__ __forceinline__ void st_stream4(float* p, float a, float b, float c, float d) {
     asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};"
-                 :: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+                 :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float2 ld_cluster_f2(unsigned local_saddr, unsigned rank) {
+    unsigned raddr;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(raddr) : "r"(local_saddr), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(raddr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void cluster_arrive() {   // release semantics by default
+    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {     // acquire semantics by default
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
 
 // ---------------------------------------------------------------------------------------------
-// Math helpers
+// Fast path: one cluster of CLUSTER CTAs per row, the row held in registers.
+// Requires cols4 = cols / 4 <= CLUSTER * BLOCK * V4, 16-byte aligned rows (checked in Python).
+// Grid = rows * CLUSTER (1-D), so cluster rank = blockIdx.x % CLUSTER, row = blockIdx.x / CLUSTER.
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ float nmax(float a, float b) {   // propagates NaN like PyTorch
-    return (a > b || isnan(a)) ? a : b;
-}
-__device__ __forceinline__ float max4(float m, float4 v) {
-    m = nmax(m, v.x); m = nmax(m, v.y); m = nmax(m, v.z); m = nmax(m, v.w);
-    return m;
-}
-// Reference point for exp: an all -inf max would give (-inf) - (-inf) = NaN; use 0 instead.
-__device__ __forceinline__ float safe_ref(float m) { return m == NEG_INF ? 0.0f : m; }
-__device__ __forceinline__ float expsum4(float4 v, float ref) {
-    return (expf(v.x - ref) + expf(v.y - ref)) + (expf(v.z - ref) + expf(v.w - ref));
-}
-__device__ __forceinline__ float4 softmax4(float4 v, float M, float inv) {
-    return make_float4(expf(v.x - M) * inv, expf(v.y - M) * inv,
-                       expf(v.z - M) * inv, expf(v.w - M) * inv);
-}
-// Merge two (max, sum-of-exp-relative-to-max) pairs.
-__device__ __forceinline__ void merge_ms(float& m, float& s, float mo, float so) {
-    const float M = nmax(m, mo);
-    const float ref = safe_ref(M);
-    s = s * expf(m - ref) + so * expf(mo - ref);
-    m = M;
-}
-__device__ __forceinline__ void warp_merge(float& m, float& s) {
-    #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float mo = __shfl_xor_sync(0xffffffffu, m, off);
-        const float so = __shfl_xor_sync(0xffffffffu, s, off);
-        merge_ms(m, s, mo, so);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Main kernel: requires cols % 4 == 0 and 16-byte aligned x, y. Persistent over rows.
-// Thread tid owns float4 slots tid + k*BLOCK (k in [0, K)) of each row; slots k < CACHE_V4 are
-// held in registers between the passes, the others are re-read (from L2) in pass 2.
-// ---------------------------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
-softmax_l2_kernel(const float* __restrict__ x, float* __restrict__ y,
-                  long long rows, long long cols) {
-    __shared__ float red_m[NWARPS];
-    __shared__ float red_s[NWARPS];
-    __shared__ float row_stat[2];
-
+// FULL = true: cols4 == ROW4 exactly (65536 columns at the default sizes). No bounds predicates,
+// no -inf fills, the row stride is a compile-time shift, and every load / store addresses
+// [one 64-bit pointer + j*BLOCK*16 bytes], an immediate offset, so there is no per-vector
+// integer work. FULL = false: the masked path for shorter rows.
+template <bool FULL>
+__device__ __forceinline__ void cluster_softmax_body(const float* __restrict__ x, float* __restrict__ y,
+                                                     long long cols4, float2* red) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const long long n4 = cols >> 2;
-    const long long K = (n4 > tid) ? (n4 - tid + BLOCK - 1) / BLOCK : 0;
-    const unsigned long long pol_keep = policy_evict_last();
-    const unsigned long long pol_drop = policy_evict_first();
+    const unsigned rank = blockIdx.x % CLUSTER;
+    const long long row = blockIdx.x / CLUSTER;
+    const int n4 = FULL ? ROW4 : (int)cols4;
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    const int base = (int)rank * SPAN + tid;     // float4 index inside the row
+    const long long off = (row * (FULL ? (long long)ROW4 : cols4) + base) * 4;
+    const float* __restrict__ xp = x + off;      // this thread's first float4
+    float* __restrict__ yp = y + off;
 
-    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float4* xr = reinterpret_cast<const float4*>(x + r * cols) + tid;
-        float4* yr = reinterpret_cast<float4*>(y + r * cols) + tid;
+    // 1) all loads in flight at once
+    float4 v[V4];
+#pragma unroll
+    for (int j = 0; j < V4; ++j) {
+        if (FULL || base + j * BLOCK < n4) v[j] = ld_stream4(xp + j * (BLOCK * 4));
+        else                               v[j] = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+    }
 
-        // ---- pass 1a: register-resident slots (issued first, consumed after the stream) ----
-        float4 c[CACHE_ARR];
-        #pragma unroll
-        for (int k = 0; k < CACHE_V4; ++k) {
-            if ((long long)k < K) c[k] = ld_v4(xr + (long long)k * BLOCK, pol_drop);
-            else c[k] = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
-        }
+    // 2) warp max (NaN-propagating)
+    float m = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < V4; ++j)
+        m = nanmax(m, nanmax(nanmax(v[j].x, v[j].y), nanmax(v[j].z, v[j].w)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float msub = (m == NEG_INF) ? 0.0f : m;   // all -inf / masked warp: exp(-inf) = 0
 
-        // ---- pass 1b: streamed slots, online max / sum, kept in L2 (evict_last) ----
-        float m = NEG_INF, s = 0.0f;
-        long long k = CACHE_V4;
-        for (; k + UNROLL <= K; k += UNROLL) {
-            float4 v[UNROLL];
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) v[u] = ld_v4(xr + (k + u) * BLOCK, pol_keep);
-            float cm = m;
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) cm = max4(cm, v[u]);
-            const float ref = safe_ref(cm);
-            float t = 0.0f;
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) t += expsum4(v[u], ref);
-            s = s * expf(m - ref) + t;
-            m = cm;
-        }
-        for (; k < K; ++k) {
-            const float4 v = ld_v4(xr + k * BLOCK, pol_keep);
-            const float cm = max4(m, v);
-            const float ref = safe_ref(cm);
-            s = s * expf(m - ref) + expsum4(v, ref);
-            m = cm;
-        }
-        // ---- fold the register-resident slots ----
-        if (CACHE_V4 > 0) {
-            float cm = m;
-            #pragma unroll
-            for (int kk = 0; kk < CACHE_V4; ++kk) cm = max4(cm, c[kk]);
-            const float ref = safe_ref(cm);
-            float t = 0.0f;
-            #pragma unroll
-            for (int kk = 0; kk < CACHE_V4; ++kk) t += expsum4(c[kk], ref);
-            s = s * expf(m - ref) + t;
-            m = cm;
-        }
+    // 3) exp once, kept in registers; warp sum
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V4; ++j) {
+        v[j].x = expf(v[j].x - msub);
+        v[j].y = expf(v[j].y - msub);
+        v[j].z = expf(v[j].z - msub);
+        v[j].w = expf(v[j].w - msub);
+        s += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) red[warp] = make_float2(m, s);
 
-        // ---- block merge of (m, s) ----
-        warp_merge(m, s);
-        if (lane == 0) { red_m[warp] = m; red_s[warp] = s; }
-        __syncthreads();
-        if (warp == 0) {
-            float wm = (lane < NWARPS) ? red_m[lane] : NEG_INF;
-            float ws = (lane < NWARPS) ? red_s[lane] : 0.0f;
-            warp_merge(wm, ws);
-            if (lane == 0) { row_stat[0] = wm; row_stat[1] = 1.0f / ws; }
-        }
-        __syncthreads();
-        const float M = row_stat[0];
-        const float inv = row_stat[1];
+    // 4) one cluster barrier publishes all warp pairs (also orders the CTA's own smem)
+    cluster_arrive();
+    cluster_wait();
 
-        // ---- pass 2a: re-read streamed slots newest-first (best L2 hit chance), evict_first ----
-        long long k2 = K;
-        for (; k2 - UNROLL >= (long long)CACHE_V4;) {
-            k2 -= UNROLL;
-            float4 v[UNROLL];
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) v[u] = ld_v4(xr + (k2 + u) * BLOCK, pol_drop);
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) st_cs_v4(yr + (k2 + u) * BLOCK, softmax4(v[u], M, inv));
-        }
-        for (; k2 > (long long)CACHE_V4;) {
-            --k2;
-            const float4 v = ld_v4(xr + k2 * BLOCK, pol_drop);
-            st_cs_v4(yr + k2 * BLOCK, softmax4(v, M, inv));
-        }
-        // ---- pass 2b: register-resident slots ----
-        #pragma unroll
-        for (int kk = 0; kk < CACHE_V4; ++kk) {
-            if ((long long)kk < K) st_cs_v4(yr + (long long)kk * BLOCK, softmax4(c[kk], M, inv));
+    const unsigned red_base = smem_addr(&red[0]);
+    float pm[PPL], ps[PPL];
+#pragma unroll
+    for (int q = 0; q < PPL; ++q) {
+        const int k = lane + q * 32;
+        if (k < NPAIRS) {
+            const float2 p = ld_cluster_f2(red_base + (unsigned)(k % NWARPS) * 8u, (unsigned)(k / NWARPS));
+            pm[q] = p.x; ps[q] = p.y;
+        } else {
+            pm[q] = NEG_INF; ps[q] = 0.0f;
         }
     }
+    cluster_arrive();   // done reading remote shared memory; the matching wait is at the end
+
+    // 5) combine: global max, then rescaled sum (same order in every warp of the cluster)
+    float M = NEG_INF;
+#pragma unroll
+    for (int q = 0; q < PPL; ++q) M = nanmax(M, pm[q]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = nanmax(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float t = 0.0f;
+#pragma unroll
+    for (int q = 0; q < PPL; ++q) t += (pm[q] == M) ? ps[q] : ps[q] * expf(pm[q] - M);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    const float S = t;
+    // 1/S once (correctly rounded reciprocal), folded into this warp's rescale factor
+    const float c = ((m == M) ? 1.0f : expf(m - M)) * __frcp_rn(S);
+
+    // 6) streaming stores from registers: 4 FMUL + 1 STG.128 per float4 on the FULL path
+#pragma unroll
+    for (int j = 0; j < V4; ++j) {
+        if (FULL || base + j * BLOCK < n4)
+            st_stream4(yp + j * (BLOCK * 4), v[j].x * c, v[j].y * c, v[j].z * c, v[j].w * c);
+    }
+
+    cluster_wait();     // keep this CTA's shared memory alive until the whole cluster has read it
+}
+
+// One cluster of CLUSTER CTAs per row. Grid = rows * CLUSTER (1-D).
+// Full rows: cols4 == ROW4 (checked in Python).
+__global__ void __launch_bounds__(BLOCK, MINB) __cluster_dims__(CLUSTER, 1, 1)
+softmax_cluster_full(const float* __restrict__ x, float* __restrict__ y,
+                     long long rows, long long cols4) {
+    __shared__ float2 red[NWARPS];
+    cluster_softmax_body<true>(x, y, cols4, red);
+}
+
+// Shorter rows: cols4 < ROW4 (checked in Python).
+__global__ void __launch_bounds__(BLOCK, MINB) __cluster_dims__(CLUSTER, 1, 1)
+softmax_cluster_masked(const float* __restrict__ x, float* __restrict__ y,
+                       long long rows, long long cols4) {
+    __shared__ float2 red[NWARPS];
+    cluster_softmax_body<false>(x, y, cols4, red);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fallback (seed kernel): scalar, any cols / alignment.
+// Generic fallback (any shape / alignment): one block per row; block max, block sum, write.
 // ---------------------------------------------------------------------------------------------
+// Tree reduction in shared memory over all BLOCK threads; valid for any BLOCK >= 1.
+// Every thread gets the result. `sh` holds BLOCK floats.
 __device__ float block_reduce_max(float v, float* sh) {
     sh[threadIdx.x] = v;
     __syncthreads();
     int p = 1;
     while (p < BLOCK) p <<= 1;
-    for (int st = p >> 1; st > 0; st >>= 1) {
-        if (threadIdx.x < st && threadIdx.x + st < BLOCK) {
-            const float o = sh[threadIdx.x + st];
-            const float mm = sh[threadIdx.x];
-            sh[threadIdx.x] = (o > mm || isnan(o)) ? o : mm;
+    for (int s = p >> 1; s > 0; s >>= 1) {
+        if (threadIdx.x < s && threadIdx.x + s < BLOCK) {
+            const float o = sh[threadIdx.x + s];
+            const float m = sh[threadIdx.x];
+            sh[threadIdx.x] = (o > m || isnan(o)) ? o : m;   // propagate NaN like PyTorch
         }
         __syncthreads();
     }
     const float r = sh[0];
-    __syncthreads();
+    __syncthreads();   // sh may be reused right after
     return r;
 }
 
@@ -216,8 +215,8 @@ __device__ float block_reduce_sum(float v, float* sh) {
     __syncthreads();
     int p = 1;
     while (p < BLOCK) p <<= 1;
-    for (int st = p >> 1; st > 0; st >>= 1) {
-        if (threadIdx.x < st && threadIdx.x + st < BLOCK) sh[threadIdx.x] += sh[threadIdx.x + st];
+    for (int s = p >> 1; s > 0; s >>= 1) {
+        if (threadIdx.x < s && threadIdx.x + s < BLOCK) sh[threadIdx.x] += sh[threadIdx.x + s];
         __syncthreads();
     }
     const float r = sh[0];
@@ -225,13 +224,14 @@ __device__ float block_reduce_sum(float v, float* sh) {
     return r;
 }
 
+// y[r][i] = exp(x[r][i] - max_r) / sum_j exp(x[r][j] - max_r). One block per row.
 __global__ void softmax_row_kernel(const float* __restrict__ x, float* __restrict__ y,
                                    long long rows, long long cols) {
     __shared__ float sh[BLOCK];
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = x + r * cols;
         float* yr = y + r * cols;
-        float m = NEG_INF;
+        float m = -__int_as_float(0x7f800000);   // -inf
         for (long long i = threadIdx.x; i < cols; i += BLOCK) {
             const float v = xr[i];
             m = (v > m || isnan(v)) ? v : m;
@@ -245,20 +245,12 @@ __global__ void softmax_row_kernel(const float* __restrict__ x, float* __restric
 }
 """
 
-kernels = compile_kernels(cuda_src, ["softmax_l2_kernel", "softmax_row_kernel"])
+kernels = compile_kernels(cuda_src, ["softmax_cluster_full", "softmax_cluster_masked",
+                                     "softmax_row_kernel"])
+CLUSTER = kernels.constant("CLUSTER")
 BLOCK = kernels.constant("BLOCK")
-BLOCKS_PER_SM = kernels.constant("BLOCKS_PER_SM")
-
-_SM_COUNT = {}
-
-
-def _sm_count(device: torch.device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _SM_COUNT.get(idx)
-    if n is None:
-        n = torch.cuda.get_device_properties(idx).multi_processor_count
-        _SM_COUNT[idx] = n
-    return n
+V4 = kernels.constant("V4")
+CAP4 = CLUSTER * BLOCK * V4   # float4s of one row a cluster can hold in registers
 
 
 class ModelNew(nn.Module):
@@ -273,9 +265,12 @@ class ModelNew(nn.Module):
         rows, cols = x.shape
         if rows == 0 or cols == 0:
             return y
-        if cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
-            grid = max(1, min(rows, _sm_count(x.device) * BLOCKS_PER_SM))
-            kernels.softmax_l2_kernel.launch(grid, BLOCK, x, y, rows, cols)
+        if (cols % 4 == 0 and cols // 4 <= CAP4
+                and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
+                and rows * CLUSTER <= 2**31 - 1):
+            cols4 = cols // 4
+            k = kernels.softmax_cluster_full if cols4 == CAP4 else kernels.softmax_cluster_masked
+            k.launch(rows * CLUSTER, BLOCK, x, y, rows, cols4)
         else:
             kernels.softmax_row_kernel.launch(min(rows, 1 << 30), BLOCK, x, y, rows, cols)
         return y
