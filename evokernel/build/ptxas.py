@@ -11,16 +11,15 @@ prints, for each kernel, lines such as (CUDA 13.0 nvcc, sm_90)::
 
 and CUDA 12 prints ``Used 29 registers, 1024 bytes smem, 376 bytes cmem[0]``. Only entry
 functions (kernels) are reported; ``Function properties`` of non-inlined device functions are
-skipped. Names are demangled with ``c++filt`` when it is on the PATH, so they read as
+skipped. Names are demangled (evokernel.build.demangle), so they read as
 torch.profiler's kernel names do (evokernel.records.KernelTime).
 """
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from typing import Sequence
 
+from evokernel.build.demangle import demangle
 from evokernel.records import KernelResources
 
 _ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '(?P<name>[^']+)'")
@@ -36,7 +35,7 @@ def parse_ptxas(text: str, *, demangle_names: bool = True) -> tuple[KernelResour
 
     Args:
         text: the build output (other lines are ignored; any amount of interleaved noise).
-        demangle_names: demangle the names with ``c++filt`` (kept mangled when it is absent).
+        demangle_names: demangle the names (evokernel.build.demangle).
     Returns: one KernelResources per entry function (registers per thread; spill stores and
         loads, stack frame and static shared memory in bytes), in order of appearance; a kernel
         compiled twice (two translation units) once, with its last report. () when the text
@@ -73,21 +72,6 @@ def parse_ptxas(text: str, *, demangle_names: bool = True) -> tuple[KernelResour
     names = list(found)
     readable = demangle(names) if demangle_names else names
     return tuple(KernelResources(name=nice, **found[raw]) for raw, nice in zip(names, readable))
-
-
-def demangle(names: Sequence[str]) -> list[str]:
-    """C++ names demangled by one ``c++filt`` call; the names as given when it is missing or
-    fails (or answers with a different number of lines)."""
-    names = list(names)
-    tool = shutil.which("c++filt")
-    if not names or tool is None:
-        return names
-    try:
-        out = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True,
-                             text=True, timeout=30, check=True).stdout.splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return names
-    return out if len(out) == len(names) else names
 
 
 def resources_to_json(resources: Sequence[KernelResources]) -> list[dict[str, object]]:

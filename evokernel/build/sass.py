@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from evokernel.build.ptxas import demangle
+from evokernel.build.demangle import demangle
 from evokernel.errors import EvokernelError
 from evokernel.records import PrecisionFinding
 

@@ -18,12 +18,15 @@ from evokernel.engine.snapshot import ModuleSnapshot
 from evokernel.records import Reason
 
 
-def _build_step_files() -> tuple[str, str]:
+def _build_step_files() -> tuple[str, ...]:
     """The files of evokernel's own build step: an in-worker build runs ninja as a subprocess on
-    the candidate's behalf (evokernel.build.cache, split out of evokernel.build.builder)."""
+    the candidate's behalf (evokernel.build.cache, split out of evokernel.build.builder), and an
+    NVRTC compile that a candidate's module runs when the worker imports it (a build the build
+    step deferred) loads its libraries and demangles there (evokernel.nvrtc.compiler)."""
     import evokernel.build.builder as build
     import evokernel.build.cache as extension_cache
-    return build.__file__, extension_cache.__file__
+    import evokernel.nvrtc.compiler as nvrtc_compile
+    return build.__file__, extension_cache.__file__, nvrtc_compile.__file__
 
 
 def _called_from_candidate(own_files: tuple[str, ...] | None = None) -> bool:

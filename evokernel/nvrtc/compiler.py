@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from evokernel.build.cache import MARKER, arch_digits, cache_key
+from evokernel.build.demangle import demangle
 from evokernel.build.ptxas import parse_ptxas, resources_to_json
 import evokernel.nvrtc.program as program
 from evokernel.nvrtc.errors import NvrtcCompileError
-from evokernel.nvrtc.signature import PROBE, Param, classify, demangle, parse_signature
+from evokernel.nvrtc.signature import PROBE, Param, classify, parse_signature
 
 #: Bumped when what a build folder holds, or how a compile is made, changes (2: NVRTC through
 #: cuda.bindings, evokernel.nvrtc.program, instead of cuda.core.Program).

@@ -3,8 +3,7 @@
 NVRTC compiles each kernel named in ``compile_kernels`` together with a name expression
 ``&evokernel_signature_probe<decltype(KERNEL)>`` (evokernel.nvrtc.compiler): the variable
 template's mangled name carries the kernel's function type, ``extern "C"`` kernels included,
-whose own symbol carries none. Demangled (libstdc++'s ``abi::__cxa_demangle``, the runtime
-library PyTorch itself links, else ``c++filt``) it reads
+whose own symbol carries none. Demangled (evokernel.build.demangle) it reads
 ``evokernel_signature_probe<void (float const*, float*, long long, float)>``;
 :func:`parse_signature` turns the parameter list into :class:`Param` records.
 
@@ -21,13 +20,10 @@ Sizes follow the CUDA ABI on 64-bit Linux (LP64: ``long`` is 8 bytes, as on the 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
-import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from evokernel.build.demangle import demangle
 from evokernel.nvrtc.errors import KernelArgumentError
 
 #: The variable template whose instantiations carry the kernels' function types.
@@ -124,58 +120,6 @@ def parse_signature(demangled: str) -> tuple[Param, ...]:
     if inner in ("", "void"):
         return ()
     return tuple(classify(p) for p in split_params(inner))
-
-
-@functools.lru_cache(maxsize=1)
-def _cxa_demangle() -> Any:
-    # libstdc++ by its soname first: ctypes.util.find_library runs `ldconfig -p` (a subprocess,
-    # which a GPU worker's tamper watch rejects when it happens in a candidate's call).
-    try:
-        fn = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
-    except (OSError, AttributeError):
-        path = ctypes.util.find_library("stdc++")
-        try:
-            fn = ctypes.CDLL(path).__cxa_demangle if path else None
-        except (OSError, AttributeError):
-            fn = None
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_void_p
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
-                   ctypes.POINTER(ctypes.c_int)]
-    return fn
-
-
-def demangle(symbols: Sequence[str]) -> list[str]:
-    """Itanium C++ symbols demangled (libstdc++'s ``__cxa_demangle``, else one ``c++filt``
-    call); a symbol that neither can read is returned as given."""
-    fn = _cxa_demangle()
-    if fn is None:
-        return _cxxfilt(symbols)
-    libc = ctypes.CDLL(None)
-    out = []
-    for s in symbols:
-        status = ctypes.c_int(0)
-        ptr = fn(s.encode(), None, None, ctypes.byref(status))
-        if ptr and status.value == 0:
-            out.append(ctypes.string_at(ptr).decode())
-            libc.free(ctypes.c_void_p(ptr))
-        else:
-            out.append(s)
-    return out
-
-
-def _cxxfilt(symbols: Sequence[str]) -> list[str]:
-    tool = shutil.which("c++filt")
-    if tool is None or not symbols:
-        return list(symbols)
-    try:
-        res = subprocess.run([tool], input="\n".join(symbols) + "\n", capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return list(symbols)
-    lines = res.stdout.splitlines()
-    return lines if len(lines) == len(symbols) else list(symbols)
 
 
 def _is_tensor(x: Any) -> bool:

@@ -3,8 +3,8 @@ output of nvcc 13.0 (-gencode=arch=compute_90,code=sm_90 -Xptxas -v, kernels wri
 test, one forced to spill with -maxrregcount=32) and the CUDA 12 form of the "Used" line."""
 from __future__ import annotations
 
-from evokernel.build.ptxas import (demangle, parse_ptxas, resources_from_json,
-                                   resources_to_json)
+from evokernel.build.demangle import demangle
+from evokernel.build.ptxas import parse_ptxas, resources_from_json, resources_to_json
 from evokernel.records import KernelResources
 
 NVCC13 = """\

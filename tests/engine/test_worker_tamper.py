@@ -199,3 +199,39 @@ def test_renaming_the_build_steps_file_does_not_hide_a_thread():
         assert t.check() == (Reason.THREADS, "the candidate started a thread")
     finally:
         extension_cache.__file__ = real
+
+
+def test_an_nvrtc_compile_the_candidates_module_runs_is_not_blamed():
+    # The build step defers a compile whose kernel names it cannot read without running the
+    # module (here: a list comprehension), and the GPU worker then compiles it at import. On the
+    # H200 (2026-12-03) that compile's c++filt call had all 6 such candidates of the ablation
+    # rejected as `threads`: LLM-written kernels that started nothing themselves.
+    from evokernel.nvrtc import configure
+    previous = configure(arch="9.0")
+    t = _Tamper()
+    try:
+        run_as_candidate(
+            'from evokernel.nvrtc import compile_kernels\n'
+            'SRC = r"""\n'
+            'template <int V> __global__ void scale_v(float* y, float a) { y[V] *= a; }\n'
+            'template __global__ void scale_v<1>(float*, float);\n'
+            'template __global__ void scale_v<2>(float*, float);\n'
+            '// tamper test: a compile of its own, not one from the cache\n"""\n'
+            'kernels = compile_kernels(SRC, ["scale_v<%d>" % v for v in (1, 2)])\n')
+        assert t.check() is None
+        # and the candidate's own subprocess is still its own
+        run_as_candidate("import subprocess\nsubprocess.run(['true'])\n")
+        assert t.check() == (Reason.THREADS, "the candidate started a subprocess")
+    finally:
+        configure(cache_dir=previous.cache_dir, arch=previous.arch)
+
+
+def test_demangling_starts_no_subprocess(monkeypatch):
+    import subprocess
+    from evokernel.build.demangle import demangle
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a subprocess was started: {args}")
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    assert demangle(["_Z5heavyPKfPfi", "not_mangled"]) == ["heavy(float const*, float*, int)",
+                                                           "not_mangled"]

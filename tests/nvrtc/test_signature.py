@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from evokernel.nvrtc.errors import KernelArgumentError
-from evokernel.nvrtc.signature import PROBE, classify, demangle, pack_args, parse_signature
+from evokernel.build.demangle import demangle
+from evokernel.nvrtc.signature import PROBE, classify, pack_args, parse_signature
 
 
 class CudaTensor:
