@@ -130,6 +130,14 @@ def test_ablation_curves_are_running_maxima_and_their_mean_a_step_function():
     assert ablation_branching.mean_curve([], [0]) == []
 
 
+def test_a_generation_that_passes_the_budget_does_not_count_within_it():
+    # the budget is checked between generations: gen 2 ended at 412k, past a 300k budget
+    curve = [(0, 16.3), (113_914, 37.3), (412_405, 38.6)]
+    assert ablation_branching.best_at(curve, 300_000) == 37.3
+    assert ablation_branching.best_at(curve, 412_405) == 38.6
+    assert ablation_branching.best_at([(5, 2.0)], 4) == 0.0
+
+
 # --report-only: every label comes from what the runs stored; runs that disagree with each other
 # or with the flags given are refused (one line, exit status 2, nothing written).
 REPORT_ARMS = ["--arms", "sequential,branching", "--seeds", "0,1"]
