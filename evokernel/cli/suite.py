@@ -203,7 +203,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     options.add_llm_arguments(su, budget=" a problem's")
     options.add_search_arguments(su, branching=False)
     options.add_eval_arguments(su)
-    su.set_defaults(func=cmd_suite)
+    su.set_defaults(func=cmd_suite, parser=su)
     return su
 
 
@@ -211,6 +211,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     """Exit status 0 when the table was written."""
     from evokernel.report import suite
     if args.from_checks:
+        _refuse_unused_flags(args)
         if not Path(args.from_checks).is_dir():
             raise EvokernelError(f"{args.from_checks}: no such folder of check_*.json files")
         try:
@@ -227,6 +228,24 @@ def cmd_suite(args: argparse.Namespace) -> int:
     print(md.read_text(), end="")
     print(f"\nwritten: {md} and {js}")
     return 0
+
+
+#: What `suite --from-checks` reads; every other flag belongs to checking or searching.
+FROM_CHECKS_FLAGS = {"problems", "from_checks", "output", "title"}
+
+
+def _refuse_unused_flags(args: argparse.Namespace) -> None:
+    """Raises: EvokernelError naming the flags given with --from-checks that it would ignore
+    (it only reads check files: the evaluation, search and LLM flags were the checks' own)."""
+    given = options.given_options(args)
+    if given is None:              # no command line (a call from Python): compare to defaults
+        defaults = vars(args.parser.parse_args([])) if getattr(args, "parser", None) else {}
+        given = {k for k, v in defaults.items() if getattr(args, k, v) != v}
+    unused = sorted(f"--{k.replace('_', '-')}" for k in given - FROM_CHECKS_FLAGS)
+    if unused:
+        raise EvokernelError(f"suite --from-checks only reads the check files in "
+                             f"{args.from_checks}; it runs nothing, so {', '.join(unused)} "
+                             "would be ignored (give them to `evokernel check` instead)")
 
 
 def _suite_on_gpu(args: argparse.Namespace) -> list[SuiteRow]:

@@ -110,6 +110,17 @@ def test_cli_suite_from_checks_counts_unchecked_problems(tmp_path):
     assert data["aggregates"]["fast_p"]["0"] == 0.5
 
 
+@pytest.mark.parametrize("flags", [["--eval-timeout", "60"], ["--search"],
+                                   ["--tolerance-factor", "16", "--gate-seeds", "0"]])
+def test_cli_suite_from_checks_refuses_flags_it_would_ignore(flags, tmp_path, capsys):
+    # the checks were made with their own flags; a table "with" these would claim what no run did
+    out = tmp_path / "s"
+    assert main(["suite", "--from-checks", str(H200), "-o", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "would be ignored" in err and flags[0] in err and str(H200) in err
+    assert not (tmp_path / "s.md").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 @pytest.mark.parametrize("extra", [[], ["--search"]])
 def test_cli_suite_without_gpu_says_so(extra, capsys, tmp_path):
