@@ -229,18 +229,22 @@ def read_runs(args: argparse.Namespace, root: Path, seeds: list[int]) -> list[di
 
 def stored_stop(run_dir: Path) -> str:
     """Why a run that --report-only finds stands where it does: "llm_batch" (requests written
-    out or handed to a batch API wait for replies), "budget" (its LLM token budget is reached),
-    "completed" (all its generations), else "incomplete". Raises: EvokernelError naming a
-    folder that is not a run."""
+    out or handed to a batch API wait for replies), "needs_gpu" (candidates made, not yet
+    evaluated: the budget stops only a generation not yet begun, so a run past it still has
+    them to evaluate), "budget" (its LLM token budget is reached), "completed" (all its
+    generations), else "incomplete". Raises: EvokernelError naming a folder that is not a run."""
     store = RunStore(run_dir, read_only=True)
     try:
         cfg, usage, gens = store.config(), store.llm_usage(), store.generations()
         pending = store.llm_requests("pending") + store.llm_requests("submitted")
+        unevaluated = set(store.candidates()) - set(store.results())
     finally:
         store.close()
     budget = cfg.llm.max_total_tokens
     if pending:
         return "llm_batch"
+    if unevaluated:
+        return "needs_gpu"
     if budget is not None and usage["prompt_tokens"] + usage["completion_tokens"] >= budget:
         return "budget"
     return "completed" if gens and gens[-1]["generation"] >= cfg.search.generations \

@@ -193,6 +193,25 @@ def test_report_only_of_scripted_fake_runs_says_so(ablation_runs, tmp_path, caps
                        capsys=capsys) == (0, "")
 
 
+def test_a_run_past_its_budget_with_candidates_to_evaluate_is_not_finished(ablation_runs,
+                                                                            tmp_path):
+    # the budget stops only a generation not yet begun: a run whose imported replies passed it
+    # still has that generation's candidates to evaluate (the ablation, 2026-12-03)
+    from evokernel.records import Candidate
+    from evokernel.runs.store import RunStore
+    run = next(p.parent for p in copy_runs(ablation_runs, tmp_path / "r").rglob("run.sqlite"))
+    before = ablation_branching.stored_stop(run)
+    assert before in ablation_branching.FINISHED
+    store = RunStore(run)
+    try:
+        store.add_candidate(Candidate(source="# made, not evaluated\n", operator="idea",
+                                      generation=3))
+    finally:
+        store.close()
+    assert ablation_branching.stored_stop(run) == "needs_gpu"
+    assert "needs_gpu" in ablation_branching.NOT_FINISHED
+
+
 def test_report_only_labels_are_the_runs_settings_and_budget(ablation_runs, tmp_path, capsys):
     """A3/A4: the header gives the runs' stored search settings and llm.max_total_tokens, not
     the script's defaults (k=3, m=2, population 4, 50 generations) or its --budget-tokens."""
