@@ -20,13 +20,16 @@ from evokernel.records import Reason
 
 def _build_step_files() -> tuple[str, ...]:
     """The files of evokernel's own build step: an in-worker build runs ninja as a subprocess on
-    the candidate's behalf (evokernel.build.cache, split out of evokernel.build.builder), and an
-    NVRTC compile that a candidate's module runs when the worker imports it (a build the build
-    step deferred) loads its libraries and demangles there (evokernel.nvrtc.compiler)."""
+    the candidate's behalf (evokernel.build.cache, split out of evokernel.build.builder). Only a
+    subprocess is excused there, and only these files: a frame of an excused file lets through
+    whatever a callable without a Python frame of its own starts under it (a builtin or a
+    functools.partial the candidate hands in), so the list stays as short as the build needs.
+    An NVRTC compile the worker runs for a candidate (a deferred build) starts nothing: its
+    libraries are loaded at the worker's warm-up and it demangles in process
+    (evokernel.build.demangle)."""
     import evokernel.build.builder as build
     import evokernel.build.cache as extension_cache
-    import evokernel.nvrtc.compiler as nvrtc_compile
-    return build.__file__, extension_cache.__file__, nvrtc_compile.__file__
+    return build.__file__, extension_cache.__file__
 
 
 def _called_from_candidate(own_files: tuple[str, ...] | None = None) -> bool:
@@ -98,13 +101,20 @@ class Tamper:
                                   (threading, "_start_new_thread", "a thread"),
                                   (multiprocessing.Process, "start", "a process"),
                                   (subprocess.Popen, "__init__", "a subprocess"),
-                                  (os, "fork", "a forked process")):
+                                  (os, "system", "a subprocess"),
+                                  (os, "posix_spawn", "a subprocess"),
+                                  (os, "posix_spawnp", "a subprocess"),
+                                  (os, "fork", "a forked process"),
+                                  (os, "forkpty", "a forked process")):
             if hasattr(owner, attr):
                 setattr(owner, attr, self._watch(getattr(owner, attr), what))
 
     def _watch(self, fn: Any, what: str) -> Any:
+        # the build step's files excuse a subprocess (its ninja), never a thread or a fork
+        own = self._own_files if what == "a subprocess" else ()
+
         def watched(*args: Any, **kwargs: Any) -> Any:
-            if _called_from_candidate(self._own_files):
+            if _called_from_candidate(own):
                 self.started.append(what)
             return fn(*args, **kwargs)
         return watched

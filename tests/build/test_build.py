@@ -306,8 +306,8 @@ def test_build_reexports_the_extension_cache():
 
 
 def test_in_worker_build_step_is_not_blamed_on_the_candidate():
-    """evokernel.engine.tamper does not blame a thread or process started from evokernel's build code
-    (now in two files) on the candidate whose load_inline call started the build."""
+    """evokernel.engine.tamper does not blame a subprocess (ninja) started from evokernel's build
+    code (now in two files) on the candidate whose load_inline call started the build."""
     from evokernel.build import builder as build
     from evokernel.build import cache as extension_cache
     from evokernel.engine import tamper

@@ -226,6 +226,44 @@ def test_an_nvrtc_compile_the_candidates_module_runs_is_not_blamed():
         configure(cache_dir=previous.cache_dir, arch=previous.arch)
 
 
+FRAMELESS_STARTS = {  # a session-16 review's attacks: a callable without a Python frame of the
+    # candidate (a bound builtin, a functools.partial), started from inside evokernel's code
+    "compile_kernels options, a thread": (
+        "import threading\nfrom evokernel.nvrtc import compile_kernels\n"
+        "th = threading.Thread(target=lambda: None)\n"
+        "class O:\n    __str__ = staticmethod(th.start)\n"
+        "try:\n    compile_kernels('__global__ void k() {}', ['k'], options=[O()])\n"
+        "except Exception:\n    pass\nth.join()\n", "a thread"),
+    "compile_kernels options, a subprocess": (
+        "import functools, subprocess\nfrom evokernel.nvrtc import compile_kernels\n"
+        "class O:\n    __str__ = staticmethod(functools.partial(subprocess.Popen, ['true']))\n"
+        "try:\n    compile_kernels('__global__ void k() {}', ['k'], options=[O()])\n"
+        "except Exception:\n    pass\n", "a subprocess"),
+    "the build step's arch flags, a thread": (
+        "import threading\nfrom evokernel.build import cache\n"
+        "th = threading.Thread(target=lambda: None)\n"
+        "class O:\n    __str__ = staticmethod(th.start)\n"
+        "try:\n    cache.rewrite_arch_flags([O()], '9.0')\n"
+        "except Exception:\n    pass\nth.join()\n", "a thread"),
+    "os.system": ("import os\nos.system('true')\n", "a subprocess"),
+    "os.posix_spawn": ("import os\npid = os.posix_spawn('/bin/true', ['true'], {})\n"
+                       "os.waitpid(pid, 0)\n", "a subprocess"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(FRAMELESS_STARTS))
+def test_a_start_through_evokernels_own_code_is_still_the_candidates(attack):
+    from evokernel.nvrtc import configure
+    code, what = FRAMELESS_STARTS[attack]
+    previous = configure(arch="9.0")
+    t = _Tamper()
+    try:
+        run_as_candidate(code)
+        assert t.check() == (Reason.THREADS, f"the candidate started {what}")
+    finally:
+        configure(cache_dir=previous.cache_dir, arch=previous.arch)
+
+
 def test_demangling_starts_no_subprocess(monkeypatch):
     import subprocess
     from evokernel.build.demangle import demangle
