@@ -245,7 +245,9 @@ def _refuse_unused_flags(args: argparse.Namespace) -> None:
     if unused:
         raise EvokernelError(f"suite --from-checks only reads the check files in "
                              f"{args.from_checks}; it runs nothing, so {', '.join(unused)} "
-                             "would be ignored (give them to `evokernel check` instead)")
+                             "would be ignored (the checks were made with their own flags; "
+                             "to check or search with these, run `evokernel suite` without "
+                             "--from-checks)")
 
 
 def _suite_on_gpu(args: argparse.Namespace) -> list[SuiteRow]:
