@@ -17,8 +17,8 @@
 # since only RESULTS_DIR comes back. Environment variables for gpu_check.sh (LIMIT, REPEAT,
 # BENCH_ARGS, ...) go on start's command line. Every start and poll waits (WAIT_S) and, when $OUT
 # is set, packs RESULTS_DIR into $OUT/results-<time>.tgz, so a machine lost between calls loses
-# only the stage in flight; PACK_ALSO (on start's command line: paths inside the repository,
-# space-separated) is packed beside it, for a frontier stage whose FRONTIER_ROOT lies elsewhere
+# only the stage in flight; PACK_ALSO (on start's command line: paths inside the repository that
+# exist at start, space-separated, none with a space) is packed beside it, for a frontier stage whose FRONTIER_ROOT lies elsewhere
 # (an ablation's runs stay where they are committed). Exit status: 0 while the list runs or after it ended well, the list's
 # own status when it ended otherwise, 2 for bad use. The list is found by the PID and session it
 # wrote at start, never by matching command lines (a `pgrep -f` on the list's own words also
@@ -55,7 +55,8 @@ report() {  # wait up to $1 s for the list, then pack and summarize; returns the
   local r; r=$(cat "$RF" 2>/dev/null) || die "no list was started"
   if [ -n "${OUT:-}" ]; then
     local p packed=()
-    for p in "$r" $(cat "$PF" 2>/dev/null); do
+    local also=(); [ -s "$PF" ] && read -ra also <"$PF"     # split on spaces, no globbing
+    for p in "$r" "${also[@]}"; do
       if [ -e "$W/$p" ]; then packed+=("$p"); else echo "gpu_chain: nothing to pack yet at $W/$p"; fi
     done
     if [ "${#packed[@]}" -gt 0 ]; then
@@ -77,8 +78,12 @@ case "${1:-}" in
   start)
     r=${2:?results dir}; stages=${3:?stages}; seconds "${4:-540}"
     [ -f scripts/gpu_check.sh ] || die "run it from the repository root (no scripts/gpu_check.sh here)"
-    for p in "$r" ${PACK_ALSO:-}; do
-      case "$p" in /*|*..*) die "RESULTS_DIR and PACK_ALSO must be paths inside the repository, got $p" ;; esac
+    read -ra also <<<"${PACK_ALSO:-}"
+    for p in "$r" "${also[@]}"; do
+      case "/$p/" in //*|*/../*) die "RESULTS_DIR and PACK_ALSO must be paths inside the repository, got $p" ;; esac
+    done
+    for p in "${also[@]}"; do    # a typo would pack nothing and be noticed only at the end
+      [ -e "$p" ] || die "PACK_ALSO: $p: no such path in the repository"
     done
     if running; then die "a list is running (pid $(cat "$PIDF")); stop it first"; fi
     keep=""
