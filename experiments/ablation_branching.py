@@ -320,12 +320,14 @@ def summarize(arm: str, seed: int, run_dir: Path, progress: Path,
             "llm_calls": int(usage["calls"]),
             "llm_requests": int(usage["calls"] - usage["cached"]), "candidates": len(cands),
             "accepted": sum(r.accepted for r in results.values()),
+            "waiting": sum(cid not in results for cid in cands),      # made, not yet evaluated
             "distinct_ideas": len(ideas), "per_generation": per_gen,
             "best_so_far": curve,
             # the budget is checked between generations, so a run's last generation can pass
             # it; read at the budget, that generation counts only when it ended within it
-            "best_within_budget": best_at(curve, budget) if budget is not None
-            else max((r.speedup for r in results.values()), default=0.0)}
+            # None: no generation's tokens were recorded, so the reading is unknown
+            "best_within_budget": (best_at(curve, budget) if curve else None)
+            if budget is not None else max((r.speedup for r in results.values()), default=0.0)}
 
 
 def model_label(llm: Any) -> str:
@@ -489,6 +491,16 @@ def arm_line(arm: str, sc: dict[str, Any]) -> str:
             f"{'off' if not sc['repair_attempts'] else sc['repair_attempts']}")
 
 
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def _mean_known(values: Any) -> float | None:
+    """The mean of the values that are known (not None); None when none is."""
+    known = [v for v in values if v is not None]
+    return statistics.mean(known) if known else None
+
+
 def markdown(rows: list[dict[str, Any]], labels: dict[str, Any]) -> str:
     """The report; every label in it is from ``labels`` (stored_labels: what the runs stored)."""
     note = labels["caveat"]
@@ -510,13 +522,14 @@ def markdown(rows: list[dict[str, Any]], labels: dict[str, Any]) -> str:
               "it; \"within budget\" is the best after the last generation that ended within "
               "it, the fair reading across arms.",
               "", "| arm | seed | best speedup | within budget | tokens | "
-              "LLM requests (replayed) | candidates (accepted) | distinct ideas | generations |",
+              "LLM requests (replayed) | candidates (accepted, waiting) | distinct ideas | generations |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['arm']} | {r['seed']} | {r['best_speedup']:.3f}x | "
-                     f"{r['best_within_budget']:.3f}x | {r['tokens']} | "
+                     f"{_x(r['best_within_budget'])} | {r['tokens']} | "
                      f"{r['llm_requests']} ({r['llm_calls'] - r['llm_requests']}) | "
-                     f"{r['candidates']} ({r['accepted']}) | "
+                     f"{r['candidates']} ({r['accepted']}"
+                     f"{', %d waiting' % r['waiting'] if r.get('waiting') else ''}) | "
                      f"{r['distinct_ideas']} | {r['generations']} ({r['stopped']}"
                      f"{'' if r['finished'] else ': NOT FINISHED'}) |")
     lines += ["", "| arm | mean best speedup | min-max | mean within budget | mean tokens | "
@@ -528,7 +541,7 @@ def markdown(rows: list[dict[str, Any]], labels: dict[str, Any]) -> str:
         name = f"{arm} *({open_} of {len(mine)} not finished)" if open_ else arm
         lines.append(f"| {name} | {statistics.mean(best):.3f}x | {min(best):.3f}-"
                      f"{max(best):.3f}x | "
-                     f"{statistics.mean(r['best_within_budget'] for r in mine):.3f}x | "
+                     f"{_x(_mean_known(r['best_within_budget'] for r in mine))} | "
                      f"{statistics.mean(r['tokens'] for r in mine):.0f} | "
                      f"{statistics.mean(r['distinct_ideas'] for r in mine):.1f} |")
     lines += ["", "Best speedup after each generation (tokens spent by then):", ""]

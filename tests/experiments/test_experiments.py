@@ -210,6 +210,21 @@ def test_a_run_past_its_budget_with_candidates_to_evaluate_is_not_finished(ablat
         store.close()
     assert ablation_branching.stored_stop(run) == "needs_gpu"
     assert "needs_gpu" in ablation_branching.NOT_FINISHED
+    row = ablation_branching.summarize("sequential", 0, run, run / "none.jsonl", "needs_gpu")
+    assert row["waiting"] == 1 and row["candidates"] == row["waiting"] + len(
+        RunStore(run, read_only=True).results())
+
+
+def test_a_run_without_token_records_has_no_reading_within_budget():
+    rows = [{"arm": "sequential", "seed": s, "best_speedup": 2.0, "best_within_budget": None,
+             "tokens": 0, "llm_requests": 0, "llm_calls": 0, "candidates": 1, "accepted": 1,
+             "waiting": 0, "distinct_ideas": 0, "generations": 1, "stopped": "budget",
+             "finished": True, "per_generation": []} for s in (0, 1)]
+    labels = {"caveat": "", "evaluator": "fake", "device": None, "problem": "softmax",
+              "llm": "m", "budget_tokens": 10, "seeds": [0, 1], "settings": {},
+              "not_finished": False}
+    md = ablation_branching.markdown(rows, labels)
+    assert "| sequential | 0 | 2.000x | - |" in md and "| 2.000-2.000x | - |" in md
 
 
 def test_report_only_labels_are_the_runs_settings_and_budget(ablation_runs, tmp_path, capsys):
