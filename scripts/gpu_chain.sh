@@ -17,10 +17,11 @@
 # since only RESULTS_DIR comes back. Environment variables for gpu_check.sh (LIMIT, REPEAT,
 # BENCH_ARGS, ...) go on start's command line. Every start and poll waits (WAIT_S) and, when $OUT
 # is set, packs RESULTS_DIR into $OUT/results-<time>.tgz, so a machine lost between calls loses
-# only the stage in flight; PACK_ALSO (on start's command line: paths inside the repository that
-# exist at start, space-separated, none with a space) is packed beside it, for a frontier stage whose FRONTIER_ROOT lies elsewhere
-# (an ablation's runs stay where they are committed). Exit status: 0 while the list runs or after it ended well, the list's
-# own status when it ended otherwise, 2 for bad use. The list is found by the PID and session it
+# only the stage in flight. PACK_ALSO (on start's command line: paths inside the repository that
+# exist at start, space-separated, none with a space) is packed beside it, for a frontier stage
+# whose FRONTIER_ROOT lies elsewhere (an ablation's runs stay where they are committed). Exit
+# status: 0 while the list runs or after it ended well, the list's own status when it ended
+# otherwise, 2 for bad use. The list is found by the PID and session it
 # wrote at start, never by matching command lines (a `pgrep -f` on the list's own words also
 # matches the shell that runs the poll, and a `pkill -f` kills it: 2026-12-02, a call's results
 # lost).

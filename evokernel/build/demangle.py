@@ -38,20 +38,25 @@ def _cxa_demangle() -> Any:
     return fn
 
 
+@functools.lru_cache(maxsize=1)
+def _libc_free() -> Any:
+    return ctypes.CDLL(None).free         # what __cxa_demangle's buffers are released with
+
+
 def demangle(symbols: Sequence[str]) -> list[str]:
     """Itanium C++ symbols demangled (``__cxa_demangle``, else one ``c++filt`` call); a symbol
     that neither can read (an ``extern "C"`` name, for one) is returned as given."""
     fn = _cxa_demangle()
     if fn is None:
         return _cxxfilt(symbols)
-    libc = ctypes.CDLL(None)
+    free = _libc_free()
     out = []
     for s in symbols:
         status = ctypes.c_int(0)
         ptr = fn(s.encode(), None, None, ctypes.byref(status))
         if ptr and status.value == 0:
             out.append(ctypes.string_at(ptr).decode())
-            libc.free(ctypes.c_void_p(ptr))
+            free(ctypes.c_void_p(ptr))
         else:
             out.append(s)
     return out
