@@ -7,6 +7,7 @@
 #   scripts/gpu_chain.sh poll [WAIT_S]        wait until the list ends or WAIT_S pass (default 540)
 #   scripts/gpu_chain.sh plan STAGE[,STAGE...]  replace the stages not yet begun
 #   scripts/gpu_chain.sh stop                 end the list: the stage running and what follows
+#   scripts/gpu_chain.sh sync PATH...         copy paths of this call's tree over the list's copy
 #
 # start copies the tree to /tmp/gpu-chain (the device tool lays the working tree anew on every
 # call and removes what it did not carry, so background work must run outside it; a RESULTS_DIR
@@ -24,15 +25,23 @@
 # otherwise, 2 for bad use. The list is found by the PID and session it
 # wrote at start, never by matching command lines (a `pgrep -f` on the list's own words also
 # matches the shell that runs the poll, and a `pkill -f` kills it: 2026-12-02, a call's results
-# lost).
+# lost). sync carries work made on the controller's side while the list runs (a batch run's
+# imported replies, for another frontier stage added with `plan`) into the list's copy: it holds
+# the stage lock, so no stage begins while it copies, and it refuses while a frontier or
+# frontier-bench stage (which read the runs) is running. GPU_CHAIN_TMP (default /tmp) moves the
+# list's files, for tests.
 set -uo pipefail
-W=/tmp/gpu-chain STAGES=/tmp/gpu-chain.stages PIDF=/tmp/gpu-chain.pid LOG=/tmp/gpu-chain.log
-RF=/tmp/gpu-chain.results RC=/tmp/gpu-chain.rc PF=/tmp/gpu-chain.pack
+T=${GPU_CHAIN_TMP:-/tmp}
+W=$T/gpu-chain STAGES=$T/gpu-chain.stages PIDF=$T/gpu-chain.pid LOG=$T/gpu-chain.log
+RF=$T/gpu-chain.results RC=$T/gpu-chain.rc PF=$T/gpu-chain.pack
 
 die() { echo "gpu_chain: $*" >&2; exit 2; }
 running() { [ -s "$PIDF" ] && kill -0 "$(cat "$PIDF")" 2>/dev/null; }
 seconds() { [[ "$1" =~ ^[0-9]+$ ]] || die "WAIT_S must be whole seconds, got '$1'"; }
 left() { paste -sd, "$STAGES" 2>/dev/null; }
+inside() {  # a path inside the repository, relative, without ..
+  case "/$1/" in //*|*/../*) die "$2 must be paths inside the repository, got $1" ;; esac
+}
 
 write_stages() {  # the stage list, replaced whole under the lock gpu_check.sh reads it under
   local tmp; tmp=$(mktemp "$STAGES.XXXX")
@@ -80,9 +89,7 @@ case "${1:-}" in
     r=${2:?results dir}; stages=${3:?stages}; seconds "${4:-540}"
     [ -f scripts/gpu_check.sh ] || die "run it from the repository root (no scripts/gpu_check.sh here)"
     read -ra also <<<"${PACK_ALSO:-}"
-    for p in "$r" "${also[@]}"; do
-      case "/$p/" in //*|*/../*) die "RESULTS_DIR and PACK_ALSO must be paths inside the repository, got $p" ;; esac
-    done
+    for p in "$r" "${also[@]}"; do inside "$p" "RESULTS_DIR and PACK_ALSO"; done
     for p in "${also[@]}"; do    # a typo would pack nothing and be noticed only at the end
       [ -e "$p" ] || die "PACK_ALSO: $p: no such path in the repository"
     done
@@ -93,7 +100,8 @@ case "${1:-}" in
     if [ -n "$keep" ]; then
       mkdir -p "$(dirname "$W/$r")"; rm -rf "${W:?}/$r"; mv "$keep/kept" "$W/$r"; rmdir "$keep"
     fi
-    echo "$r" >"$RF"; echo "${PACK_ALSO:-}" >"$PF"; rm -f "$PIDF" "$RC"; : >"$LOG"; write_stages "$stages"
+    echo "$r" >"$RF"; echo "${PACK_ALSO:-}" >"$PF"; rm -f "$PIDF" "$RC" "$STAGES.now"; : >"$LOG"
+    write_stages "$stages"
     # The list writes its PID (a new session's leader), runs gpu_check.sh and writes its status;
     # every descriptor goes to the log, so no caller's pipe waits on it.
     (cd "$W" && OUT='' exec setsid bash -c 'echo $$ >"$1"; "${@:3}"; echo $? >"$2"' _ \
@@ -123,5 +131,22 @@ case "${1:-}" in
       done
     fi
     STOPPED=1 report 0 ;;
-  *) sed -n 2,9p "$0"; exit 2 ;;
+  sync)
+    shift; [ $# -gt 0 ] || die "sync: name the paths to copy"
+    [ -d "$W" ] || die "no list was started (no $W)"
+    for p; do inside "$p" "sync's paths"; [ -e "$p" ] || die "sync: $p: no such path in this tree"; done
+    {
+      flock 9
+      now=$(cat "$STAGES.now" 2>/dev/null)    # written under this lock as a stage begins
+      if running && { [ "$now" = frontier ] || [ "$now" = frontier-bench ]; }; then
+        die "sync: the list is in its $now stage, which reads the runs; sync when it has ended"
+      fi
+      for p; do
+        mkdir -p "$W/$(dirname "$p")"; rm -rf "${W:?}/$p.sync-new"
+        cp -r "$p" "$W/$p.sync-new" && rm -rf "${W:?}/$p" && mv "$W/$p.sync-new" "$W/$p" \
+          || die "sync: could not copy $p"
+        echo "gpu_chain: synced $p"
+      done
+    } 9>"$STAGES.lock" ;;
+  *) sed -n 2,10p "$0"; exit 2 ;;
 esac
