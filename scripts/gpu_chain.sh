@@ -28,8 +28,9 @@
 # lost). sync carries work made on the controller's side while the list runs (a batch run's
 # imported replies, for another frontier stage added with `plan`) into the list's copy: it holds
 # the stage lock, so no stage begins while it copies, and it refuses while a frontier or
-# frontier-bench stage (which read the runs) is running. GPU_CHAIN_TMP (default /tmp) moves the
-# list's files, for tests.
+# frontier-bench stage (which read the runs) is running; each path is copied whole beside its old
+# version, then swapped in, and paths in or around the list's RESULTS_DIR are refused.
+# GPU_CHAIN_TMP (default /tmp) moves the list's files, for tests.
 set -uo pipefail
 T=${GPU_CHAIN_TMP:-/tmp}
 W=$T/gpu-chain STAGES=$T/gpu-chain.stages PIDF=$T/gpu-chain.pid LOG=$T/gpu-chain.log
@@ -133,20 +134,37 @@ case "${1:-}" in
     STOPPED=1 report 0 ;;
   sync)
     shift; [ $# -gt 0 ] || die "sync: name the paths to copy"
+    [ -f scripts/gpu_check.sh ] || die "run it from the repository root (no scripts/gpu_check.sh here)"
     [ -d "$W" ] || die "no list was started (no $W)"
-    for p; do inside "$p" "sync's paths"; [ -e "$p" ] || die "sync: $p: no such path in this tree"; done
-    {
-      flock 9
-      now=$(cat "$STAGES.now" 2>/dev/null)    # written under this lock as a stage begins
-      if running && { [ "$now" = frontier ] || [ "$now" = frontier-bench ]; }; then
-        die "sync: the list is in its $now stage, which reads the runs; sync when it has ended"
-      fi
-      for p; do
-        mkdir -p "$W/$(dirname "$p")"; rm -rf "${W:?}/$p.sync-new"
-        cp -r "$p" "$W/$p.sync-new" && rm -rf "${W:?}/$p" && mv "$W/$p.sync-new" "$W/$p" \
-          || die "sync: could not copy $p"
-        echo "gpu_chain: synced $p"
-      done
-    } 9>"$STAGES.lock" ;;
+    here=$(pwd -P); wr=$(realpath "$W"); res=$(cat "$RF" 2>/dev/null); res=${res%/}
+    paths=()
+    for p; do   # each a real path inside the repository, normalized (no ./, //, trailing /)
+      inside "$p" "sync's paths"; [ -e "$p" ] || [ -L "$p" ] || die "sync: $p: no such path in this tree"
+      q=$(realpath -s -m --relative-to=. -- "$p")
+      case "$q" in .|..|../*) die "sync: $p: not a path below the repository root" ;; esac
+      d=$(realpath -m -- "$(dirname "$q")"); case "$d/" in "$here"/*) ;; *)
+        die "sync: $p: leads outside the repository through a symbolic link" ;; esac
+      d=$(realpath -m -- "$W/$(dirname "$q")"); case "$d/" in "$wr"/*) ;; *)
+        die "sync: $p: leads outside the list's copy through a symbolic link" ;; esac
+      case "$q/" in "$res"/*) die "sync: $p: inside the list's results folder $res" ;; esac
+      case "$res/" in "$q"/*) die "sync: $p: holds the list's results folder $res" ;; esac
+      for o in "${paths[@]}"; do case "$q/" in "$o"/*) die "sync: $p overlaps $o" ;; esac
+                                case "$o/" in "$q"/*) die "sync: $p overlaps $o" ;; esac; done
+      paths+=("$q")
+    done
+    exec 9>"$STAGES.lock" && flock 9 || die "sync: cannot take the stage lock $STAGES.lock"
+    now=$(cat "$STAGES.now" 2>/dev/null)    # written under this lock as a stage begins
+    if running && { [ "$now" = frontier ] || [ "$now" = frontier-bench ]; }; then
+      die "sync: the list is in its $now stage, which reads the runs; sync when it has ended"
+    fi
+    for q in "${paths[@]}"; do           # all copied first: a failure leaves the list's copy as it was
+      mkdir -p "$W/$(dirname "$q")" && rm -rf "${W:?}/$q.sync-new" && cp -a "$q" "$W/$q.sync-new" \
+        || { for r in "${paths[@]}"; do rm -rf "${W:?}/$r.sync-new"; done; die "sync: could not copy $q"; }
+    done
+    for q in "${paths[@]}"; do           # then each swapped in: the old one moved aside first
+      rm -rf "${W:?}/$q.sync-old"; [ -e "$W/$q" ] || [ -L "$W/$q" ] && mv "$W/$q" "$W/$q.sync-old"
+      mv "$W/$q.sync-new" "$W/$q" || die "sync: could not move $q in place"
+      rm -rf "${W:?}/$q.sync-old"; echo "gpu_chain: synced $q"
+    done ;;
   *) sed -n 2,10p "$0"; exit 2 ;;
 esac

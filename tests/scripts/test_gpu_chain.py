@@ -16,12 +16,17 @@ SCRIPT = ROOT / "scripts" / "gpu_chain.sh"
 def chain(tmp_path):
     """A caller's tree with a run folder, and a list's copy holding an older one."""
     tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    (tree / "scripts/gpu_check.sh").write_text("")               # the repository root's mark
     (tree / "results/abl/run").mkdir(parents=True)
     (tree / "results/abl/run/run.sqlite").write_text("new")
     state = tmp_path / "state"
     (state / "gpu-chain/results/abl/run").mkdir(parents=True)
     (state / "gpu-chain/results/abl/run/run.sqlite").write_text("old")
     (state / "gpu-chain/results/abl/run/stale.txt").write_text("gone after sync")
+    (state / "gpu-chain/results/list/bench.txt").parent.mkdir(parents=True)
+    (state / "gpu-chain/results/list/bench.txt").write_text("the list's own results")
+    (state / "gpu-chain.results").write_text("results/list\n")
     return tree, state
 
 
@@ -39,18 +44,19 @@ def running_list(state, stage):
     return proc
 
 
-def test_sync_replaces_the_path_in_the_lists_copy(chain):
+@pytest.mark.parametrize("spelled", ["results/abl/run", "results/abl/run/", "./results//abl/run"])
+def test_sync_replaces_the_path_in_the_lists_copy(chain, spelled):
     tree, state = chain
     proc = running_list(state, "gpu-tests")
     try:
-        r = sync(tree, state, "results/abl/run")
+        r = sync(tree, state, spelled)
     finally:
         proc.kill()
     assert r.returncode == 0, r.stderr
     copy = state / "gpu-chain/results/abl/run"
     assert (copy / "run.sqlite").read_text() == "new"
     assert not (copy / "stale.txt").exists()
-    assert not (state / "gpu-chain/results/abl/run.sync-new").exists()
+    assert not list((state / "gpu-chain/results/abl").glob("*.sync-*"))
 
 
 @pytest.mark.parametrize("stage", ["frontier", "frontier-bench"])
@@ -76,15 +82,35 @@ def test_a_frontier_stage_that_has_ended_does_not_block_sync(chain):
 
 @pytest.mark.parametrize("path, why", [("results/nope", "no such path"),
                                        ("../tree", "inside the repository"),
-                                       ("/etc", "inside the repository")])
-def test_sync_refuses_bad_paths_and_copies_nothing(chain, path, why):
+                                       ("/etc", "inside the repository"),
+                                       (".", "below the repository root"),
+                                       ("results/abl/.", "overlaps"),
+                                       ("results", "holds the list's results folder"),
+                                       ("results/list/x", "inside the list's results folder"),
+                                       ("outside/x", "through a symbolic link")])
+def test_sync_refuses_bad_paths_and_copies_nothing(chain, path, why, tmp_path):
     tree, state = chain
+    (tmp_path / "elsewhere/x").mkdir(parents=True)
+    (tree / "outside").symlink_to(tmp_path / "elsewhere")
+    (tree / "results/list/x").mkdir(parents=True)
     r = sync(tree, state, "results/abl/run", path)
-    assert r.returncode == 2 and why in r.stderr
+    assert r.returncode == 2 and why in r.stderr, r.stderr
     assert (state / "gpu-chain/results/abl/run/run.sqlite").read_text() == "old"
+    assert (state / "gpu-chain/results/list/bench.txt").read_text() == "the list's own results"
+
+
+def test_sync_from_outside_the_repository_root_is_refused(chain):
+    tree, state = chain
+    env = {**os.environ, "GPU_CHAIN_TMP": str(state)}
+    r = subprocess.run(["bash", str(SCRIPT), "sync", "abl/run"], cwd=tree / "results", env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "repository root" in r.stderr
+    assert not (state / "gpu-chain/abl").exists()
 
 
 def test_sync_without_a_started_list_says_so(tmp_path):
     (tmp_path / "tree/x").mkdir(parents=True)
+    (tmp_path / "tree/scripts").mkdir()
+    (tmp_path / "tree/scripts/gpu_check.sh").write_text("")
     r = sync(tmp_path / "tree", tmp_path / "empty", "x")
     assert r.returncode == 2 and "no list was started" in r.stderr
