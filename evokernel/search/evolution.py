@@ -224,7 +224,10 @@ class Evolution:
             start = 1
         stopped = "completed"
         for gen in range(start, sc.generations + 1):
-            begun = any(c.generation == gen for c in self._candidates.values())  # paid for
+            # paid for: its candidates exist, or (batch mode) its requests were written out,
+            # so a resume after their replies finishes the generation as a live run would
+            begun = (any(c.generation == gen for c in self._candidates.values())
+                     or any(r["generation"] == gen for r in store.llm_requests()))
             if self.llm is not None and self.llm.budget_exceeded() and not begun:
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)

@@ -3,6 +3,8 @@ makes the rounds that need only replies (the implementations of answered ideas),
 "needs_gpu" before evaluating anything, and the GPU machine then goes on from the same cache:
 no request is asked twice, though its measured device sheet differs from the recorded one."""
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -170,4 +172,36 @@ def test_a_generation_whose_replies_are_paid_is_evaluated_though_they_spent_the_
     assert made <= set(store.results()) and made <= set(gpu.evaluated)
     assert store.generations()[-1]["generation"] == 1
     assert store.llm_usage()["calls"] == calls                # nothing new was asked
+    store.close()
+
+
+def test_a_generation_whose_requests_were_written_out_is_finished_after_the_budget_is_spent(
+        tmp_path, no_gpu):
+    """A generation begun within the budget is finished, as in a live run, when the replies of
+    its first round (imported after it was written out) spend the budget before its candidates
+    exist: the resume goes on to its implementations and the GPU evaluates them. Seen in the
+    ablation's softmax evokernel-s1 (results/ablation-2026-12-02): 264k tokens when its
+    generation 4 began, 304k after its ideas and crossover replies, and the resume then stopped
+    with "budget" before the implementation that had been asked for and answered."""
+    cfg = no_repair(config(tmp_path, offspring=2))
+    assert search(tmp_path, cfg, MeasuredEvaluator(4012.0)).stopped == "llm_batch"  # ideas
+    answer(tmp_path, cfg)
+    assert search(tmp_path, cfg, None, resume=True).stopped == "llm_batch"      # implementations
+    store = RunStore(cfg.run_dir, read_only=True)
+    spent = store.llm_usage()
+    asked = {r["generation"] for r in store.llm_requests()}
+    store.close()
+    assert asked == {1} and spent["prompt_tokens"] + spent["completion_tokens"] > 0
+    conf = Path(cfg.run_dir) / "config.json"        # the budget as the ideas' replies left it
+    data = json.loads(conf.read_text())
+    data["llm"]["max_total_tokens"] = 1
+    conf.write_text(json.dumps(data))
+    answer(tmp_path, cfg)
+    assert search(tmp_path, cfg, None, resume=True).stopped == "needs_gpu"
+    gpu = MeasuredEvaluator(4012.0)
+    assert search(tmp_path, cfg, gpu, resume=True).stopped == "completed"  # its 1 generation
+    store = RunStore(cfg.run_dir, read_only=True)
+    made = {c.id for c in store.candidates().values() if c.generation == 1}
+    assert made and made <= set(store.results()) and made <= set(gpu.evaluated)
+    assert store.generations()[-1]["generation"] == 1
     store.close()
