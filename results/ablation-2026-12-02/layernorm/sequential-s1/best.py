@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s1 for problem layernorm
-# candidate 26d06cc0d88cf728, generation 1, operator idea; speedup 33.440x over eager (8.0812 ms -> 0.2417 ms, 184% of floor)
-# idea: [memory] Rewrite ln_normalize_kernel (84% of the time) as a column-tiled, float4-vectorized kernel: a 1D grid of ceil(N / (EW_BLOCK*4*VEC_PER_THREAD)) blocks (VEC_PER_THREAD = 2, tune: 1 2 4), each thread loads its VEC_PER_THREAD float4s of weight and bias into registers once, then loops over all rows (the 16 rows, mean/rstd read as scalars per row) doing coalesced float4 loads of x and float4 stores of y with 32-bit in-row offsets and fmaf((x - m) * rs, w, b). This cuts weight/bias traffic from once per row (16x32 MB) to once in total (32 MB) and turns the 4-byte scalar accesses into 16-byte transactions; add a scalar tail path for N % 4 != 0 or unaligned pointers.
+# candidate c6745279a6d131d4, generation 3, operator idea; speedup 35.955x over eager (8.3375 ms -> 0.2319 ms, 180% of floor)
+# idea: [dtypes] Vectorize ln_chunk_stats_kernel (34% of the time, 79 us for one 268 MB read = only ~3.4 TB/s) with 128-bit loads that are held in registers for both passes: when N % 4 == 0 and x is 16-byte aligned, each thread loads its CHUNK/(4*BLOCK) float4s (CHUNK = 8192, BLOCK = 256 -> 8 float4s = 32 floats; tune ITEMS so the register array stays fully unrolled, CHUNK tune: 4096 8192 16384) with plain __ldg (not __ldcs, so lines stay in L2), sums them in FP32 into one per-thread partial, warp-shuffle + smem reduces the sum, then computes sum((v - chunk_mean)^2) from the registers without touching global memory again, so the two-pass stability is kept at the cost of a single read. Keep the scalar loop as the fallback for N % 4 != 0 or misaligned x, and have ln_normalize_vec4_kernel walk rows in reverse order (r = rows-1 down to 0) so its first ~3 rows (~48 MB) hit the L2 lines the stats pass left behind.
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/sequential-s1/best.py
 """Layernorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row combine, then a
 column-tiled float4 normalize + affine kernel (weight/bias held in registers across all rows),
@@ -15,21 +15,27 @@ constexpr int BLOCK = 256;         // tune: 64 128 256 512 1024
 constexpr int CHUNK = 8192;        // tune: 1024 2048 4096 8192 16384 32768
 constexpr int EW_BLOCK = 256;      // tune: 128 256 512 1024
 constexpr int VEC_PER_THREAD = 2;  // tune: 1 2 4
+constexpr int STATS_ITEMS = 8;     // tune: 2 4 8 16
+// Floats per (row, chunk) block on the vectorized stats path: BLOCK threads x STATS_ITEMS float4s.
+constexpr int VCHUNK = BLOCK * 4 * STATS_ITEMS;
 
-// Tree reduction in shared memory over all BLOCK threads (any BLOCK >= 1); every thread gets
-// the result. `sh` holds BLOCK floats.
+static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "BLOCK must be a multiple of 32, at most 1024");
+
+// Block-wide sum over all BLOCK threads (BLOCK a multiple of 32): warp-shuffle butterfly inside
+// each warp, per-warp partials through `sh` (needs BLOCK / 32 floats), then every warp reduces
+// the partials, so every thread gets the result. Ends with a barrier so `sh` can be reused.
 __device__ float block_reduce_sum(float v, float* sh) {
-    sh[threadIdx.x] = v;
+    constexpr int NW = BLOCK / 32;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) sh[warp] = v;
     __syncthreads();
-    int p = 1;
-    while (p < BLOCK) p <<= 1;
-    for (int s = p >> 1; s > 0; s >>= 1) {
-        if (threadIdx.x < s && threadIdx.x + s < BLOCK) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    const float r = sh[0];
+    float t = (lane < NW) ? sh[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
     __syncthreads();
-    return r;
+    return t;
 }
 
 // Block b handles row b / nchunks, chunk c = b % nchunks: elements [c*CHUNK, min((c+1)*CHUNK, N)).
@@ -58,12 +64,59 @@ __global__ void ln_chunk_stats_kernel(const float* __restrict__ x, long long N, 
     }
 }
 
+// Vectorized stats: requires N % 4 == 0 and 16-byte aligned x. Block b handles row
+// b / nchunks, chunk c = b % nchunks: float4s [c*VCHUNK/4, min((c+1)*VCHUNK/4, N4)). Each thread
+// loads its STATS_ITEMS float4s once into registers (plain __ldg so the lines stay in L2 for the
+// normalize pass), then both passes (sum, then sum((v - chunk_mean)^2)) run from registers.
+__global__ void ln_chunk_stats_vec4_kernel(const float* __restrict__ x, long long N4,
+                                           long long nchunks, float* __restrict__ chunk_sum,
+                                           float* __restrict__ chunk_m2) {
+    __shared__ float sh[BLOCK];
+    constexpr int V4 = VCHUNK / 4;
+    const long long b = blockIdx.x;
+    const long long r = b / nchunks, c = b % nchunks;
+    const long long start4 = c * V4;
+    const int n4 = (N4 - start4 < V4) ? (int)(N4 - start4) : V4;
+    const float4* xc = reinterpret_cast<const float4*>(x) + r * N4 + start4;
+    float4 v[STATS_ITEMS];
+#pragma unroll
+    for (int k = 0; k < STATS_ITEMS; ++k) {
+        const int i = k * BLOCK + (int)threadIdx.x;
+        if (i < n4) v[k] = __ldg(xc + i);
+        else v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < STATS_ITEMS; ++k) s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    const float sum = block_reduce_sum(s, sh);
+    const float mean = sum / (float)(4 * n4);
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < STATS_ITEMS; ++k) {
+        const int i = k * BLOCK + (int)threadIdx.x;
+        if (i < n4) {
+            const float dx = v[k].x - mean, dy = v[k].y - mean;
+            const float dz = v[k].z - mean, dw = v[k].w - mean;
+            q = fmaf(dx, dx, q);
+            q = fmaf(dy, dy, q);
+            q = fmaf(dz, dz, q);
+            q = fmaf(dw, dw, q);
+        }
+    }
+    const float m2 = block_reduce_sum(q, sh);
+    if (threadIdx.x == 0) {
+        chunk_sum[b] = sum;
+        chunk_m2[b] = m2;
+    }
+}
+
 // One block per row. mean = sum(chunk sums) / N; M2 = sum_c [M2_c + n_c (mean_c - mean)^2]
 // (exact decomposition of sum((x - mean)^2)); rstd = 1 / sqrt(M2 / N + eps) (biased variance).
+// `chunk` is the number of floats per chunk used by the stats kernel that ran (CHUNK or VCHUNK).
 __global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
                                   const float* __restrict__ chunk_m2, long long N,
-                                  long long nchunks, float eps, float* __restrict__ mean_out,
-                                  float* __restrict__ rstd_out) {
+                                  long long nchunks, long long chunk, float eps,
+                                  float* __restrict__ mean_out, float* __restrict__ rstd_out) {
     __shared__ float sh[BLOCK];
     const long long r = blockIdx.x;
     const float* cs = chunk_sum + r * nchunks;
@@ -73,8 +126,8 @@ __global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
     const float mean = block_reduce_sum(s, sh) / (float)N;
     float q = 0.0f;
     for (long long c = threadIdx.x; c < nchunks; c += BLOCK) {
-        const long long rest = N - c * CHUNK;
-        const float n_c = (float)(rest < CHUNK ? rest : CHUNK);
+        const long long rest = N - c * chunk;
+        const float n_c = (float)(rest < chunk ? rest : chunk);
         const float d = cs[c] / n_c - mean;
         q += cm[c] + n_c * d * d;
     }
@@ -112,7 +165,8 @@ __global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
             bv[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
-    for (long long r = 0; r < rows; ++r) {
+    // Reverse row order: the last rows read by the stats pass are the likeliest still in L2.
+    for (long long r = rows - 1; r >= 0; --r) {
         const float m = __ldg(mean + r), rs = __ldg(rstd + r);
         const float4* xr = reinterpret_cast<const float4*>(x) + r * N4;
         float4* yr = reinterpret_cast<float4*>(y) + r * N4;
@@ -157,10 +211,13 @@ __global__ void ln_normalize_kernel(const float* __restrict__ x, const float* __
 }
 """
 
-kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_combine_kernel",
-                                     "ln_normalize_vec4_kernel", "ln_normalize_kernel"])
-BLOCK, CHUNK, EW_BLOCK, VEC_PER_THREAD = (
-    kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK", "VEC_PER_THREAD"))
+kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_chunk_stats_vec4_kernel",
+                                     "ln_combine_kernel", "ln_normalize_vec4_kernel",
+                                     "ln_normalize_kernel"])
+BLOCK, CHUNK, EW_BLOCK, VEC_PER_THREAD, STATS_ITEMS = (
+    kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK", "VEC_PER_THREAD",
+                                  "STATS_ITEMS"))
+VCHUNK = BLOCK * 4 * STATS_ITEMS  # matches the source's VCHUNK
 
 
 class ModelNew(nn.Module):
@@ -180,16 +237,22 @@ class ModelNew(nn.Module):
         if x.numel() == 0:
             return y
         rows = x.numel() // n
-        nchunks = (n + CHUNK - 1) // CHUNK
+        stats_vec = n % 4 == 0 and x.data_ptr() % 16 == 0
+        chunk = VCHUNK if stats_vec else CHUNK
+        nchunks = (n + chunk - 1) // chunk
         if rows * nchunks >= 1 << 31:
             raise ValueError("layernorm: too many (row, chunk) blocks")
         chunk_sum = torch.empty(rows * nchunks, device=x.device, dtype=x.dtype)
         chunk_m2 = torch.empty_like(chunk_sum)
         mean = torch.empty(rows, device=x.device, dtype=x.dtype)
         rstd = torch.empty_like(mean)
-        kernels.ln_chunk_stats_kernel.launch(rows * nchunks, BLOCK, x, n, nchunks, chunk_sum,
-                                             chunk_m2)
-        kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks,
+        if stats_vec:
+            kernels.ln_chunk_stats_vec4_kernel.launch(rows * nchunks, BLOCK, x, n // 4, nchunks,
+                                                      chunk_sum, chunk_m2)
+        else:
+            kernels.ln_chunk_stats_kernel.launch(rows * nchunks, BLOCK, x, n, nchunks,
+                                                 chunk_sum, chunk_m2)
+        kernels.ln_combine_kernel.launch(rows, BLOCK, chunk_sum, chunk_m2, n, nchunks, chunk,
                                          float(self.ln.eps), mean, rstd)
         use_vec = (n % 4 == 0 and n // 4 < (1 << 30)
                    and all(t.data_ptr() % 16 == 0 for t in (x, y, w, b)))
