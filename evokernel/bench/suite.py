@@ -20,6 +20,7 @@ impossible_speed, may differ between two measurements; the report lists what dif
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -80,36 +81,65 @@ def suite_jobs(specs: Sequence[str], kernels: str | None, variants: int) -> list
     return jobs
 
 
-def one_at_a_time(jobs: Sequence[ProblemJob], config: EvalConfig,
-                  deps: SuiteDeps) -> dict[str, list[EvalResult]]:
-    """Each problem with an evaluator of its own, one after another. Returns: results by
-    problem name ([] for a problem whose evaluator could not be made)."""
-    out: dict[str, list[EvalResult]] = {}
+@dataclasses.dataclass
+class ModeRun:
+    """One mode's outcome: ``results`` by problem name ([] for a problem whose evaluator could
+    not be made) and ``setups``: each problem's set-up steps in seconds, as its GPU worker
+    timed them (``info["setup_steps_s"]``, evokernel.engine.session.SetupClock; {} when the
+    worker did not say)."""
+
+    results: dict[str, list[EvalResult]]
+    setups: dict[str, dict[str, float]]
+
+
+def _steps(info: Mapping[str, Any] | None) -> dict[str, float]:
+    steps = (info or {}).get("setup_steps_s")
+    return dict(steps) if isinstance(steps, Mapping) else {}
+
+
+def one_at_a_time(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps) -> ModeRun:
+    """Each problem with an evaluator of its own, one after another."""
+    run = ModeRun({}, {})
     for job in jobs:
         try:
             ev = deps.make_evaluator(job.problem, config)
         except Exception as e:  # noqa: BLE001 -- counted as no verdicts, named in the log
             logger.warning("suite one_at_a_time: {}: {}", job.problem.name, e)
-            out[job.problem.name] = []
+            run.results[job.problem.name] = []
             continue
+        run.setups[job.problem.name] = _steps(getattr(ev, "info", None))
         try:
-            out[job.problem.name] = list(ev.evaluate(list(job.candidates)))
+            run.results[job.problem.name] = list(ev.evaluate(list(job.candidates)))
         finally:
             ev.close()
-    return out
+    return run
 
 
 def together(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps,
-             warm_ahead: bool = False) -> dict[str, list[EvalResult]]:
-    """The whole set at once (evokernel.engine.problem_set). Returns: results by problem."""
-    return {o.problem: list(o.results)
-            for o in deps.evaluate_set(jobs, config, warm_ahead=warm_ahead)}
+             warm_ahead: bool = False) -> ModeRun:
+    """The whole set at once (evokernel.engine.problem_set)."""
+    outcomes = list(deps.evaluate_set(jobs, config, warm_ahead=warm_ahead))
+    return ModeRun({o.problem: list(o.results) for o in outcomes},
+                   {o.problem: _steps(o.info) for o in outcomes if not o.error})
 
 
-def together_warm(jobs: Sequence[ProblemJob], config: EvalConfig,
-                  deps: SuiteDeps) -> dict[str, list[EvalResult]]:
+def together_warm(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps) -> ModeRun:
     """``together`` with the next problem's worker warmed ahead."""
     return together(jobs, config, deps, warm_ahead=True)
+
+
+def setup_summary(setups: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Each set-up step's median and largest seconds over the problems that reported it, and
+    the median total, the largest steps first. Returns {} when no problem reported steps."""
+    names = list(dict.fromkeys(k for steps in setups.values() for k in steps))
+    if not names:
+        return {}
+    col = {n: [float(st[n]) for st in setups.values() if n in st] for n in names}
+    totals = [sum(float(v) for v in st.values()) for st in setups.values() if st]
+    steps = {n: {"median_s": round(statistics.median(v), 3), "max_s": round(max(v), 3)}
+             for n, v in col.items()}
+    return {"problems": len(totals), "median_total_s": round(statistics.median(totals), 2),
+            "steps": dict(sorted(steps.items(), key=lambda kv: -kv[1]["median_s"]))}
 
 
 def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
@@ -127,12 +157,13 @@ def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
         t0 = deps.now()
         got = run(jobs, cfg, deps)
         wall = deps.now() - t0
-        results = [r for rs in got.values() for r in rs]
+        results = [r for rs in got.results.values() for r in rs]
         verdicts[mode] = {r.candidate_id: r.reason.value for r in results}
         report["modes"][mode] = {
             "wall_s": round(wall, 1), "kernels": len(results),
             "accepted": sum(r.accepted for r in results),
-            "per_min": round(60.0 * len(results) / wall, 2) if wall > 0 else None}
+            "per_min": round(60.0 * len(results) / wall, 2) if wall > 0 else None,
+            "setup": setup_summary(got.setups)}
         logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
     a = verdicts["one_at_a_time"]
     report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"
@@ -162,7 +193,27 @@ def suite_markdown(report: Mapping[str, Any]) -> str:
     lines += ["", f"target: {t['name']} >= {t['threshold']}: {t['value']} "
               f"({'met' if t['passed'] else 'not met'}); together / one at a time: "
               f"{report['speedup']}x", ""]
+    lines += _setup_lines(report)
     if report["differ"]:
         lines += ["verdicts that differ (one at a time vs the mode named):", ""]
         lines += [f"- {d}" for d in report["differ"]]
     return "\n".join(lines) + "\n"
+
+
+def _setup_lines(report: Mapping[str, Any]) -> list[str]:
+    """Where each mode's per-problem set-up time went: median (largest) seconds per step."""
+    sums = {m: report["modes"][m].get("setup") or {} for m in MODES if m in report["modes"]}
+    names = list(dict.fromkeys(n for s in sums.values() for n in s.get("steps", {})))
+    if not names:
+        return []
+    shown = [m for m in sums if sums[m]]
+    lines = ["set-up of one problem in its GPU worker, median (largest) seconds over the "
+             "problems, by step (evokernel.engine.session.SetupClock):", "",
+             "| step | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
+    for n in names:
+        cells = [f"{s['steps'][n]['median_s']} ({s['steps'][n]['max_s']})"
+                 if n in s.get("steps", {}) else "-" for s in (sums[m] for m in shown)]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines.append("| total (median) | " + " | ".join(str(sums[m]["median_total_s"])
+                                                   for m in shown) + " |")
+    return lines + [""]

@@ -19,6 +19,21 @@ from evokernel.engine.tamper import Tamper
 from evokernel.records import Candidate, EvalResult, Reason
 
 
+class SetupClock:
+    """Wall seconds of each named step of a set-up, in order (``steps``: name -> s), so a slow
+    set-up says where its time went (issue 16: set-up is most of a problem set's GPU time)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        """Close step ``name``: the seconds since the previous lap (or the clock's start)."""
+        now = time.perf_counter()
+        self.steps[name] = round(now - self._t, 4)
+        self._t = now
+
+
 class Session:
     """One problem's state in this worker: reference, cached truths, baselines and floor, the
     reference's main kernels (for the reference-fallback check) and its outputs on the timing
@@ -40,38 +55,51 @@ class Session:
         from evokernel.timing import floor as floor_mod
         from evokernel.timing.clocks import L2Flusher
 
+        clock = SetupClock()
         self.config, self.arch = config, arch
         self.device = torch.device("cuda", 0)
         torch.cuda.set_device(self.device)
         self.problem_name = problem["name"]
         self.module = exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
                                   problem["path"])
+        clock.lap("problem_module")
         declared = tuple(problem["distributions"]) if problem.get("distributions") else None
         with strict_fp32():
             self.ref = GateReference.build(self.module, config.gate, self.device, declared)
+        clock.lap("gate_reference")
         self.timing_inputs = self.ref.timing_input_sets(3)
         # Input sets no candidate call sees before the fresh-input check (stages.Fresh).
         self.fresh_inputs = self.ref.timing_input_sets(3, first_seed=2000)
+        clock.lap("timing_inputs")
         self.flusher = L2Flusher(self.device)
         if config.timing.hide_host_ms > 0:      # compiled and launched now: fails at set-up
             from evokernel.timing.spin import DeviceSpin
             DeviceSpin.get(self.device, config.timing.hide_host_ms)
         trace.prepare(self.device)              # the marker kernel, compiled before any candidate
+        clock.lap("timing_tools")
         self.peaks = floor_mod.measure_peaks(self.device, config.cache_path)
+        clock.lap("peaks")
         self._set_floors(problem["path"])
+        clock.lap("floors")
         # A respawned worker reuses its first incarnation's torch.compile time, so every
         # candidate of a run is compared with the same baseline measurement.
         self.compile_ms = (problem["compile_ms"] if problem.get("compile_ms") is not None
                            else self.compile_baseline(problem["source"]) if config.measure_compile
                            else None)
+        clock.lap("compile_baseline")
         self.reference_kernels, self.main_kernels = self._profile_reference()
+        clock.lap("profile_reference")
         self.reference_ms = self._time_reference()
+        clock.lap("time_reference")
         self._expected: dict[tuple[int, bool], list[tuple[Any, ...]]] = {}
         from evokernel import nvrtc
         nvrtc.configure(config.cache_path, arch)   # before the snapshot: the Load stage's own
         self._warm_nvrtc()                          # likewise: a first use loads libraries
+        clock.lap("nvrtc_warm_up")
         self.tamper = Tamper(watch_spin=config.timing.hide_host_ms > 0)   # call changes nothing
         self.info = self._info()
+        clock.lap("info")
+        self.info["setup_steps_s"] = clock.steps
 
     @staticmethod
     def _warm_nvrtc() -> None:

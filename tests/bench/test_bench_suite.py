@@ -33,7 +33,7 @@ class Clock:
 
 def fake_deps(clock, caches):
     class Ev:
-        info = {}
+        info = {"setup_steps_s": {"gate_reference": 3.0, "compile_baseline": 6.0}}
 
         def __init__(self, problem, config):
             caches.append(("one", config.cache_dir))
@@ -50,8 +50,9 @@ def fake_deps(clock, caches):
     def evaluate_set(jobs, config, warm_ahead=False):
         caches.append(("warm" if warm_ahead else "set", config.cache_dir))
         clock.t += 20.0
-        return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates], {}, 0)
-                for j in jobs]
+        return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates],
+                               {"setup_steps_s": {"gate_reference": 1.0 + i, "peaks": 0.5}}, 0)
+                for i, j in enumerate(jobs)]
 
     def prepare(path):
         path.mkdir(parents=True, exist_ok=True)
@@ -81,6 +82,24 @@ def test_both_modes_from_their_own_caches(tmp_path):
     md = suite_markdown(report)
     assert "| together | 6 | 6 | 20.0 | 18.0 |" in md
     assert "impossible_speed vs together ok" in md and "vs together_warm ok" in md
+    setup = report["modes"]["together"]["setup"]           # 3 problems: 1, 2, 3 s, + 0.5 s
+    assert setup["problems"] == 3 and setup["median_total_s"] == 2.5
+    assert setup["steps"]["gate_reference"] == {"median_s": 2.0, "max_s": 3.0}
+    assert list(report["modes"]["one_at_a_time"]["setup"]["steps"]) == [
+        "compile_baseline", "gate_reference"]                 # the largest step first
+    assert "| gate_reference | 3.0 (3.0) | 2.0 (3.0) | 2.0 (3.0) |" in md
+    assert "| peaks | - | 0.5 (0.5) | 0.5 (0.5) |" in md
+    assert "| total (median) | 9.0 | 2.5 | 2.5 |" in md
+
+
+def test_a_setup_clock_names_each_step_in_order(monkeypatch):
+    from evokernel.engine import session
+    ticks = iter([10.0, 10.5, 13.0])
+    monkeypatch.setattr(session.time, "perf_counter", lambda: next(ticks))
+    clock = session.SetupClock()
+    clock.lap("problem_module"), clock.lap("gate_reference")
+    assert clock.steps == {"problem_module": 0.5, "gate_reference": 2.5}
+    assert list(clock.steps) == ["problem_module", "gate_reference"]
 
 
 def test_kernels_from_a_folder(tmp_path):

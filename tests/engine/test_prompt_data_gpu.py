@@ -48,5 +48,10 @@ def test_sheet_ptxas_and_prompt_on_the_device(tmp_path):
     print(user[user.find("## How it does"):user.find("# Ideas tried")])
     assert "65536 32-bit registers" in user and "`ptxas -v` report" in user
     assert str(info["tf32_tflops"]) not in user
+    steps = info["setup_steps_s"]                      # where the set-up's time went (issue 16)
+    print(steps)
+    assert list(steps)[:2] == ["problem_module", "gate_reference"] and "time_reference" in steps
+    assert all(v >= 0 for v in steps.values()) and steps["compile_baseline"] < 0.5  # not measured
+    assert "setup_steps_s" not in user
     if profile:
         assert all(k.duration_us and k.duration_us > 0 for k in profile)
