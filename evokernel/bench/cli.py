@@ -137,6 +137,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite-kernels", default=None, metavar="DIR|MAP.json",
                    help="the suite phase's kernels, as `suite --kernels` (default: "
                         "--suite-variants tune variants of each problem's seed kernel)")
+    p.add_argument("--suite-modes", type=_suite_modes_arg, default=None, metavar="MODE,...",
+                   help="the suite phase's modes, from one_at_a_time,together,together_warm "
+                        "(default: all three; one_at_a_time and together are the comparison)")
     p.add_argument("--suite-variants", type=_positive_int, default=1,
                    help="without --suite-kernels, tune variants per seed kernel (default 1)")
     p.add_argument("--dry-run", action="store_true",
@@ -248,6 +251,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(v is not False for v in verdicts) else 1
 
 
+def _suite_modes_arg(text: str) -> tuple[str, ...]:
+    """--suite-modes: known modes, in the order given, at least one (argparse reports errors)."""
+    from evokernel.bench.suite import MODES
+    modes = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"unknown or no mode {', '.join(bad) or repr(text)}; "
+                                         f"choose from {','.join(MODES)}")
+    return modes
+
+
 def _builtin_folder(specs: tuple[str, ...]) -> list[str]:
     """"problems" (the default) names the installed built-in problems' folder."""
     import evokernel.problems as builtin
@@ -261,17 +275,17 @@ def _suite_only(args: argparse.Namespace, jobs: list[Any], plan: BenchPlan | Non
     Returns 0 when the together mode met its target. Raises: NoGPUError without a GPU."""
     from evokernel.bench.deps import bench_eval_config
     from evokernel.bench.report import write_report_files
-    from evokernel.bench.suite import suite_markdown, suite_phase
+    from evokernel.bench.suite import MODES, suite_markdown, suite_phase
     n = sum(len(j.candidates) for j in jobs)
+    modes = args.suite_modes or MODES
     if args.dry_run:
-        print(f"evokernel bench: suite phase: {len(jobs)} problems, {n} kernels, checked one "
-              "at a time, together, and together with the next worker warmed ahead, each "
-              "from an empty build cache")
+        print(f"evokernel bench: suite phase: {len(jobs)} problems, {n} kernels, checked "
+              f"{', '.join(modes)}, each from an empty build cache")
         return 0
     deps = suite_deps()                           # NoGPUError before anything is written
     plan = plan or plan_from_args(argparse.Namespace(**dict(vars(args), phases=("cold",))))
     report = suite_phase(jobs, bench_eval_config(plan, Path(plan.work_dir)),
-                         Path(plan.work_dir), deps)
+                         Path(plan.work_dir), deps, modes=modes)
     write_report_files(Path(plan.results_dir), "suite", report, suite_markdown(report))
     print(suite_markdown(report), flush=True)
     return 0 if report["target"]["passed"] else 1

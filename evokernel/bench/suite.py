@@ -143,15 +143,22 @@ def setup_summary(setups: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
 
 
 def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
-                deps: SuiteDeps) -> dict[str, Any]:
-    """Both modes, each in its own empty cache under ``work_dir`` (suite-<mode>).
-    Returns: the report: per mode its wall seconds, kernels, verdicts and kernels/min; the
-    kernels whose verdicts differ; the target and whether ``together`` met it."""
+                deps: SuiteDeps, modes: Sequence[str] = MODES) -> dict[str, Any]:
+    """The ``modes`` (MODES by default, run in MODES' order), each in its own empty cache under
+    ``work_dir`` (suite-<mode>).
+    Returns: the report: per mode its wall seconds, kernels, verdicts, kernels/min and set-up
+    steps; the kernels whose verdicts differ from one_at_a_time's; the target and whether
+    ``together`` met it (None when it did not run).
+    Raises: ConfigError for an unknown mode."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ConfigError(f"bench: suite modes {', '.join(unknown) or '(none)'}: choose from "
+                          f"{', '.join(MODES)}")
     report: dict[str, Any] = {"problems": [j.problem.name for j in jobs],
                               "kernels": sum(len(j.candidates) for j in jobs), "modes": {}}
     verdicts: dict[str, dict[str, str]] = {}
-    for mode, run in (("one_at_a_time", one_at_a_time), ("together", together),
-                      ("together_warm", together_warm)):
+    runs = {"one_at_a_time": one_at_a_time, "together": together, "together_warm": together_warm}
+    for mode, run in ((m, runs[m]) for m in MODES if m in modes):
         cache = deps.prepare_cache(Path(work_dir) / f"suite-{mode}")
         cfg = dataclasses.replace(config, cache_dir=str(cache))
         t0 = deps.now()
@@ -165,15 +172,15 @@ def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
             "per_min": round(60.0 * len(results) / wall, 2) if wall > 0 else None,
             "setup": setup_summary(got.setups)}
         logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
-    a = verdicts["one_at_a_time"]
+    a = verdicts.get("one_at_a_time", {})
     report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"
-                              for m in MODES[1:] for v in (verdicts[m],)
+                              for m in MODES[1:] if m in verdicts and a for v in (verdicts[m],)
                               for k in set(a) | set(v) if a.get(k) != v.get(k))
-    rate = report["modes"]["together"]["per_min"]
+    rate = report["modes"].get("together", {}).get("per_min")
     report["target"] = {"name": "together kernels/min", "threshold": TARGET_SUITE_PER_MIN,
                         "value": rate, "passed": None if rate is None
                         else rate >= TARGET_SUITE_PER_MIN}
-    base = report["modes"]["one_at_a_time"]["per_min"]
+    base = report["modes"].get("one_at_a_time", {}).get("per_min")
     report["speedup"] = round(rate / base, 2) if rate and base else None
     return report
 
@@ -191,7 +198,8 @@ def suite_markdown(report: Mapping[str, Any]) -> str:
                          f"{m['per_min']} |")
     t = report["target"]
     lines += ["", f"target: {t['name']} >= {t['threshold']}: {t['value']} "
-              f"({'met' if t['passed'] else 'not met'}); together / one at a time: "
+              f"({ {True: 'met', False: 'not met', None: 'not run'}[t['passed']]}); "
+              "together / one at a time: "
               f"{report['speedup']}x", ""]
     lines += _setup_lines(report)
     if report["differ"]:

@@ -126,3 +126,45 @@ def test_cli_suite_phase_without_gpu_says_so(capsys):
         pytest.skip("has a GPU")
     assert bench_cli.main(["--phases", "suite"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_modes_can_be_chosen_and_an_unknown_one_is_refused(tmp_path):
+    jobs = suite_jobs(["softmax", "matmul"], None, 1)
+    caches = []
+    report = suite_phase(jobs, EvalConfig(), tmp_path, fake_deps(Clock(), caches),
+                         modes=("together", "one_at_a_time"))
+    assert list(report["modes"]) == ["one_at_a_time", "together"]     # MODES' order
+    assert {k for k, _ in caches} == {"one", "set"}                    # no warm-ahead run
+    assert report["speedup"] == pytest.approx(1.5) and report["target"]["passed"] is False
+    alone = suite_phase(jobs, EvalConfig(), tmp_path / "b", fake_deps(Clock(), []),
+                        modes=("one_at_a_time",))
+    assert alone["target"]["passed"] is None and "(not run)" in suite_markdown(alone)
+    with pytest.raises(ConfigError, match="together_cold"):
+        suite_phase(jobs, EvalConfig(), tmp_path, fake_deps(Clock(), []),
+                    modes=("together_cold",))
+
+
+def test_cli_suite_modes_flag(capsys):
+    assert bench_cli.main(["--phases", "suite", "--suite-modes", "together,one_at_a_time",
+                           "--dry-run"]) == 0
+    assert "checked together, one_at_a_time" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench_cli.main(["--phases", "suite", "--suite-modes", "fast", "--dry-run"])
+    assert "choose from one_at_a_time,together,together_warm" in capsys.readouterr().err
+
+
+def test_the_committed_24_problem_set_resolves_to_one_kernel_per_problem():
+    """tests/kernels/suite/set24.json: 24 problems, each with one kernel file that exists and,
+    for the fixtures and the set's own kernels, names that problem on its PROBLEM line."""
+    root = Path(__file__).resolve().parents[2]
+    specs = [str(root / "problems"), str(root / "tests/kernels/problems"),
+             str(root / "tests/kernels/suite/problems")]
+    jobs = suite_jobs(specs, str(root / "tests/kernels/suite/set24.json"), 1)
+    assert len(jobs) == 24 and all(len(j.candidates) == 1 for j in jobs)
+    assert len({j.problem.name for j in jobs}) == 24
+    for j in jobs:
+        src = j.candidates[0].source
+        assert "class ModelNew" in src, j.problem.name
+        line = next((x for x in src.splitlines() if x.startswith("PROBLEM:")), None)
+        if line is not None:
+            assert Path(line.split(":", 1)[1].strip()).stem == j.problem.name

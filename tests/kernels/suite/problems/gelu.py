@@ -1,0 +1,20 @@
+"""GELU, exact erf form 0.5 * x * (1 + erf(x / sqrt(2))), on 4096x4096 FP32 (memory-bound)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x)
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096)]
+
+
+def get_init_inputs():
+    return []
