@@ -46,11 +46,10 @@ from evokernel.runs.store import RunStore
 from evokernel.search.archive import Archive, sel_niches
 from evokernel.search.contexts import GenerationContexts
 from evokernel.search import strategies
-from evokernel.search.runstate import (GenerationStats, RunResult, batch_round,
-                                       check_llm_run, connect_llm,
-                                       REPAIRABLE, discard_if_empty, generation_stats,
-                                       prompt_device, raise_if_every_llm_call_failed,
-                                       saved_state)
+from evokernel.search.runstate import (REPAIRABLE, GenerationStats, RunResult, batch_round,
+                                       check_llm_run, connect_llm, discard_if_empty,
+                                       generation_begun, generation_stats, prompt_device,
+                                       raise_if_every_llm_call_failed, saved_state)
 from evokernel.search.toolbox import (Individual, KernelEvaluation, OperatorChoice,
                                       SpeedupFitness, batch_map, logbook_record, new_logbook,
                                       seeded_global_random)
@@ -224,10 +223,7 @@ class Evolution:
             start = 1
         stopped = "completed"
         for gen in range(start, sc.generations + 1):
-            # paid for: its candidates exist, or (batch mode) its requests were written out,
-            # so a resume after their replies finishes the generation as a live run would
-            begun = (any(c.generation == gen for c in self._candidates.values())
-                     or any(r["generation"] == gen for r in store.llm_requests()))
+            begun = generation_begun(gen, self._candidates.values(), store)   # paid for
             if self.llm is not None and self.llm.budget_exceeded() and not begun:
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)

@@ -8,7 +8,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from deap import tools
 from loguru import logger
@@ -162,6 +162,14 @@ def connect_llm(llm: Any, cfg: RunConfig, store: RunStore, run_dir: Path) -> Any
     if llm is not None and getattr(llm, "on_usage", False) is None:
         llm.on_usage = store.record_llm_call
     return llm
+
+
+def generation_begun(gen: int, candidates: Iterable[Any], store: Any) -> bool:
+    """Whether generation ``gen`` was paid for, so a resume finishes it even past the budget,
+    as a live run finishes a generation it began: its candidates (``.generation``) exist, or,
+    in the batch mode, its requests were written out (``store.llm_requests()``)."""
+    return (any(c.generation == gen for c in candidates)
+            or any(r["generation"] == gen for r in store.llm_requests()))
 
 
 def batch_round(calls: Callable[[], Any], gen: int, rng: random.Random, batch: Any,
