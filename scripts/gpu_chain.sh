@@ -27,9 +27,10 @@
 # matches the shell that runs the poll, and a `pkill -f` kills it: 2026-12-02, a call's results
 # lost). sync carries work made on the controller's side while the list runs (a batch run's
 # imported replies, for another frontier stage added with `plan`) into the list's copy: it holds
-# the stage lock, so no stage begins while it copies, and it refuses while a frontier or
-# frontier-bench stage (which read the runs) is running; each path is copied whole beside its old
-# version, then swapped in, and paths in or around the list's RESULTS_DIR are refused.
+# the stage lock, so no stage begins while it copies, and it refuses while a stage that reads
+# the runs (frontier, frontier-bench, replay, export-op) is running; each path is copied whole
+# beside its old version, then swapped in, and paths in or around the list's RESULTS_DIR are
+# refused.
 # GPU_CHAIN_TMP (default /tmp) moves the list's files, for tests.
 set -uo pipefail
 T=${GPU_CHAIN_TMP:-/tmp}
@@ -136,7 +137,8 @@ case "${1:-}" in
     shift; [ $# -gt 0 ] || die "sync: name the paths to copy"
     [ -f scripts/gpu_check.sh ] || die "run it from the repository root (no scripts/gpu_check.sh here)"
     [ -d "$W" ] || die "no list was started (no $W)"
-    here=$(pwd -P); wr=$(realpath "$W"); res=$(cat "$RF" 2>/dev/null); res=${res%/}
+    here=$(pwd -P); wr=$(realpath "$W"); res=$(cat "$RF" 2>/dev/null)
+    [ -z "$res" ] || res=$(realpath -s -m --relative-to=. -- "$res")
     paths=()
     for p; do   # each a real path inside the repository, normalized (no ./, //, trailing /)
       inside "$p" "sync's paths"; [ -e "$p" ] || [ -L "$p" ] || die "sync: $p: no such path in this tree"
@@ -154,7 +156,8 @@ case "${1:-}" in
     done
     exec 9>"$STAGES.lock" && flock 9 || die "sync: cannot take the stage lock $STAGES.lock"
     now=$(cat "$STAGES.now" 2>/dev/null)    # written under this lock as a stage begins
-    if running && { [ "$now" = frontier ] || [ "$now" = frontier-bench ]; }; then
+    if running && case "$now" in frontier|frontier-bench|replay|export-op) true ;; *) false ;; esac
+    then
       die "sync: the list is in its $now stage, which reads the runs; sync when it has ended"
     fi
     for q in "${paths[@]}"; do           # all copied first: a failure leaves the list's copy as it was

@@ -206,8 +206,9 @@ STAGE_FILE=""; [ "${stage#@}" != "$stage" ] && STAGE_FILE=${stage#@}
 stages=${stage//,/ }
 next_stage() {  # sets s to the next stage; false when none is left
   if [ -n "$STAGE_FILE" ]; then
-    s=$( { flock 9; sed -n 1p "$STAGE_FILE" | tee "$STAGE_FILE.now" && sed -i 1d "$STAGE_FILE"
-         } 9>"$STAGE_FILE.lock" 2>/dev/null )   # .now: the stage begun, for gpu_chain.sh sync
+    s=$( { flock 9; l=$(sed -n 1p "$STAGE_FILE")
+           printf '%s\n' "$l" >"$STAGE_FILE.now"     # the stage begun, for gpu_chain.sh sync
+           sed -i 1d "$STAGE_FILE" && printf '%s' "$l"; } 9>"$STAGE_FILE.lock" 2>/dev/null )
   else set -- $stages; [ $# -gt 0 ] || return 1; s=$1; shift; stages="$*"; fi
   [ -n "$s" ]
 }

@@ -174,7 +174,8 @@ def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
         logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
     a = verdicts.get("one_at_a_time", {})
     report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"
-                              for m in MODES[1:] if m in verdicts and a for v in (verdicts[m],)
+                              for m in MODES[1:] if m in verdicts and "one_at_a_time" in verdicts
+                              for v in (verdicts[m],)
                               for k in set(a) | set(v) if a.get(k) != v.get(k))
     rate = report["modes"].get("together", {}).get("per_min")
     report["target"] = {"name": "together kernels/min", "threshold": TARGET_SUITE_PER_MIN,
@@ -200,7 +201,7 @@ def suite_markdown(report: Mapping[str, Any]) -> str:
     lines += ["", f"target: {t['name']} >= {t['threshold']}: {t['value']} "
               f"({ {True: 'met', False: 'not met', None: 'not run'}[t['passed']]}); "
               "together / one at a time: "
-              f"{report['speedup']}x", ""]
+              f"{'-' if report['speedup'] is None else str(report['speedup']) + 'x'}", ""]
     lines += _setup_lines(report)
     if report["differ"]:
         lines += ["verdicts that differ (one at a time vs the mode named):", ""]

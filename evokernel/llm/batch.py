@@ -32,7 +32,7 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 #: The Batch API endpoint every line asks for.
 ENDPOINT = "/v1/chat/completions"
@@ -124,6 +124,18 @@ class BatchQueue:
         self._lock = threading.Lock()
         self._pending: dict[str, BatchRequest] = {}
         self._failed: dict[str, str] = {}
+        self._waiting: set[str] = set()
+
+    def wait_for(self, custom_ids: Iterable[str]) -> None:
+        """Note requests written out earlier and not answered yet: they were asked within the
+        budget, so the client queues them again past it instead of refusing them."""
+        with self._lock:
+            self._waiting.update(custom_ids)
+
+    def waiting(self, custom_id: str) -> bool:
+        """Whether ``custom_id`` was written out earlier and is still without a reply."""
+        with self._lock:
+            return custom_id in self._waiting
 
     def add(self, request: BatchRequest) -> None:
         """Queue ``request`` (an identical request queued twice is written out once)."""

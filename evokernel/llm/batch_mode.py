@@ -45,14 +45,19 @@ class BatchMode:
         if self.folder is not None:
             self.folder = Path(self.folder)
 
-    def attach(self, llm: Any) -> None:
-        """Put ``llm`` (an LLMClient with a reply cache) into the batch mode.
+    def attach(self, llm: Any, store: Any = None) -> None:
+        """Put ``llm`` (an LLMClient with a reply cache) into the batch mode; with the run's
+        ``store``, the requests it wrote out earlier and still waits for are queued again when
+        asked, even past the budget (they were asked within it).
 
         Raises: ValueError when ``llm`` has no reply cache to import into."""
         if getattr(llm, "cache", None) is None:
             raise ValueError("the batch mode needs an LLM client with a reply cache "
                              "(LLMClient(cache_path=...))")
         llm.batch = self.queue
+        if store is not None:
+            self.queue.wait_for(r["key"] for r in store.llm_requests()
+                                if r["status"] in ("pending", "submitted"))
 
     def flush(self, store: Any, generation: int, llm: Any) -> bool:
         """Handle the round's queued requests.

@@ -248,7 +248,8 @@ class LLMClient:
                 self._report(reply, purpose, sample_index, attempts=0, error=None, key=key)
                 return reply
             return self._replayed(reply, purpose, sample_index, start, key)
-        if self.budget_exceeded():
+        asked = self.batch is not None and self.batch.waiting(key)   # written out in budget
+        if self.budget_exceeded() and not asked:
             raise BudgetExceeded(f"{purpose}: LLM budget spent ({self._budget_text()}); "
                                  "not sending")
         if self.batch is not None:

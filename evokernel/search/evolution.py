@@ -163,7 +163,7 @@ class Evolution:
         self._by_compile = cfg.evaluation.baseline == "compile"
         self.llm = connect_llm(self.llm, cfg, store, run_dir)
         if self.llm_batch is not None and self.llm is not None:
-            self.llm_batch.attach(self.llm)
+            self.llm_batch.attach(self.llm, store)
         owns_evaluator = self.evaluator is None
         if self.evaluator is None:
             from evokernel.engine.factory import make_evaluator

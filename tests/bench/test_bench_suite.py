@@ -168,3 +168,11 @@ def test_the_committed_24_problem_set_resolves_to_one_kernel_per_problem():
         line = next((x for x in src.splitlines() if x.startswith("PROBLEM:")), None)
         if line is not None:
             assert Path(line.split(":", 1)[1].strip()).stem == j.problem.name
+
+
+def test_without_one_at_a_time_nothing_differs_and_no_speedup_is_printed(tmp_path):
+    jobs = suite_jobs(["softmax"], None, 1)
+    report = suite_phase(jobs, EvalConfig(), tmp_path, fake_deps(Clock(), []),
+                         modes=("together",))
+    assert report["differ"] == [] and report["speedup"] is None
+    assert "together / one at a time: -" in suite_markdown(report)

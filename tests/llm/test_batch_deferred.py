@@ -205,3 +205,28 @@ def test_a_generation_whose_requests_were_written_out_is_finished_after_the_budg
     assert made and made <= set(store.results()) and made <= set(gpu.evaluated)
     assert store.generations()[-1]["generation"] == 1
     store.close()
+
+
+def test_a_resume_before_the_replies_keeps_waiting_for_them_past_the_budget(tmp_path, no_gpu):
+    """Resumed past the budget before the replies of a begun generation are imported, the run
+    writes the same requests out again and stops for them (not losing them as over budget);
+    once they are imported it goes on to the GPU. A new question is still refused."""
+    cfg = no_repair(config(tmp_path, offspring=2))
+    assert search(tmp_path, cfg, MeasuredEvaluator(4012.0)).stopped == "llm_batch"  # ideas
+    answer(tmp_path, cfg)
+    assert search(tmp_path, cfg, None, resume=True).stopped == "llm_batch"      # implementations
+    conf = Path(cfg.run_dir) / "config.json"
+    data = json.loads(conf.read_text())
+    data["llm"]["max_total_tokens"] = 1                    # the ideas' replies spent it
+    conf.write_text(json.dumps(data))
+    store = RunStore(cfg.run_dir, read_only=True)
+    waiting = {r["key"] for r in store.llm_requests("pending")}
+    store.close()
+    assert waiting
+    assert search(tmp_path, cfg, None, resume=True).stopped == "llm_batch"      # not yet answered
+    store = RunStore(cfg.run_dir, read_only=True)
+    assert {r["key"] for r in store.llm_requests("pending")} == waiting      # nothing new asked
+    assert not [c for c in store.candidates().values() if c.generation == 1]
+    store.close()
+    answer(tmp_path, cfg)
+    assert search(tmp_path, cfg, None, resume=True).stopped == "needs_gpu"

@@ -26,7 +26,7 @@ def chain(tmp_path):
     (state / "gpu-chain/results/abl/run/stale.txt").write_text("gone after sync")
     (state / "gpu-chain/results/list/bench.txt").parent.mkdir(parents=True)
     (state / "gpu-chain/results/list/bench.txt").write_text("the list's own results")
-    (state / "gpu-chain.results").write_text("results/list\n")
+    (state / "gpu-chain.results").write_text("./results//list/\n")    # as start was given it
     return tree, state
 
 
@@ -59,7 +59,7 @@ def test_sync_replaces_the_path_in_the_lists_copy(chain, spelled):
     assert not list((state / "gpu-chain/results/abl").glob("*.sync-*"))
 
 
-@pytest.mark.parametrize("stage", ["frontier", "frontier-bench"])
+@pytest.mark.parametrize("stage", ["frontier", "frontier-bench", "replay", "export-op"])
 def test_sync_refuses_while_a_stage_reads_the_runs(chain, stage):
     tree, state = chain
     proc = running_list(state, stage)
