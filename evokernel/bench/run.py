@@ -253,8 +253,23 @@ def suite_deps() -> Any:
         _ensure_peaks(path)
         return path
 
+    def prebuild(cands: Sequence[Candidate], config: EvalConfig) -> None:
+        from evokernel.sandbox.support import containment_for
+        build_all(cands, config, containment_for(config))     # contained, as evaluators build
+
     return SuiteDeps(make_evaluator=make_evaluator, evaluate_set=evaluate_problem_set,
-                     prepare_cache=prepare, now=time.perf_counter)
+                     prepare_cache=prepare, now=time.perf_counter, prebuild=prebuild)
+
+
+def build_all(cands: Sequence[Candidate], config: EvalConfig, sandbox: Any = None) -> list[Any]:
+    """Build ``cands`` into ``config``'s cache for this GPU's arch, ``config.build_workers`` at
+    a time (evokernel.build.builder.Builder; ``sandbox``: its containment, None: uncontained).
+    Returns: their BuildResults, in order."""
+    from evokernel.build.builder import Builder, device_arch
+    with Builder(config.cache_path, arch=device_arch(), timeout_s=config.build_timeout_s,
+                 workers=config.build_workers, trim_headers=config.trim_headers,
+                 sandbox=sandbox) as b:
+        return b.build_many(cands)
 
 
 def cuda_deps(plan: BenchPlan) -> BenchDeps:
@@ -263,18 +278,13 @@ def cuda_deps(plan: BenchPlan) -> BenchDeps:
     import torch
     if not torch.cuda.is_available():
         raise NoGPUError(NO_GPU_MESSAGE)
-    from evokernel.build.builder import Builder, device_arch
+    from evokernel.build.builder import device_arch
     from evokernel.engine import factory
     results_dir = Path(plan.results_dir)
     cold = Path(plan.work_dir) / "cold"
 
     def make_evaluator(problem: Any, config: EvalConfig) -> Any:
         return factory.make_evaluator(problem, config, log_dir=Path(config.cache_path) / "logs")
-
-    def prebuild(cands: Sequence[Candidate], config: EvalConfig) -> list[Any]:
-        with Builder(config.cache_path, arch=device_arch(), timeout_s=config.build_timeout_s,
-                     workers=config.build_workers, trim_headers=config.trim_headers) as b:
-            return b.build_many(cands)
 
     def do_bench(spec: dict[str, Any]) -> dict[str, Any]:
         return run_do_bench_process(dict(spec, arch=device_arch()), results_dir)
@@ -289,5 +299,5 @@ def cuda_deps(plan: BenchPlan) -> BenchDeps:
         log.write_text(text)
         return {"returncode": proc.returncode, "tail": text[-1500:]}
 
-    return BenchDeps(make_evaluator=make_evaluator, prebuild=prebuild, do_bench=do_bench,
+    return BenchDeps(make_evaluator=make_evaluator, prebuild=build_all, do_bench=do_bench,
                      prepare_cache=lambda d: _ensure_peaks(d, cold), run_faults=run_faults)

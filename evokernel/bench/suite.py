@@ -1,8 +1,9 @@
 """The suite phase (issue 16): a problem set checked three ways, each from an empty build cache,
 in the same run, and kernels per minute of each:
 
-* ``one_at_a_time``: today's `suite --one-at-a-time` and multi-problem `check`: one evaluator
-  per problem, after another (its builds, then fresh GPU workers, fp64 truths, its kernels);
+* ``one_at_a_time``: the way issue 16 measured a problem set at e2b7746: every kernel built up
+  front in parallel (``SuiteDeps.prebuild``), then one evaluator per problem after another
+  (fresh GPU workers, fp64 truths, its kernels; its builds found in the cache);
 * ``together``: evokernel.engine.problem_set: every kernel built up front, the GPUs take
   problems from one queue, the next problem's worker started while the current one is timed;
 * ``together_warm``: the same, the next worker also making its CUDA context and loading the
@@ -44,13 +45,16 @@ class SuiteDeps:
     make_evaluator(problem, config): an Evaluator for ``one_at_a_time``;
     evaluate_set(jobs, config, warm_ahead=bool): ProblemOutcomes (evaluate_problem_set);
     prepare_cache(path) -> path: an empty, usable build cache (device peaks copied in);
-    now(): a monotonic clock in seconds.
+    now(): a monotonic clock in seconds;
+    prebuild(candidates, config): build them all into ``config``'s cache, in parallel, as the
+        evaluators would (None: each evaluator builds its own, one problem after another).
     """
 
     make_evaluator: Callable[[Any, EvalConfig], Any]
     evaluate_set: Callable[[Sequence[ProblemJob], EvalConfig], Sequence[Any]]
     prepare_cache: Callable[[Path], Path]
     now: Callable[[], float]
+    prebuild: Callable[[Sequence[Candidate], EvalConfig], Any] | None = None
 
 
 def suite_jobs(specs: Sequence[str], kernels: str | None, variants: int) -> list[ProblemJob]:
@@ -98,8 +102,11 @@ def _steps(info: Mapping[str, Any] | None) -> dict[str, float]:
 
 
 def one_at_a_time(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps) -> ModeRun:
-    """Each problem with an evaluator of its own, one after another."""
+    """Every kernel built up front (``deps.prebuild``), then each problem with an evaluator of
+    its own, one after another."""
     run = ModeRun({}, {})
+    if deps.prebuild is not None:
+        deps.prebuild([c for j in jobs for c in j.candidates], config)
     for job in jobs:
         try:
             ev = deps.make_evaluator(job.problem, config)

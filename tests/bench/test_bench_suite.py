@@ -57,8 +57,13 @@ def fake_deps(clock, caches):
     def prepare(path):
         path.mkdir(parents=True, exist_ok=True)
         return path
+    def prebuild(cands, config):
+        caches.append(("prebuild", config.cache_dir))
+        caches.append(("built", tuple(c.id for c in cands)))
+        clock.t += 5.0
+
     return SuiteDeps(make_evaluator=Ev, evaluate_set=evaluate_set, prepare_cache=prepare,
-                     now=clock)
+                     now=clock, prebuild=prebuild)
 
 
 def test_both_modes_from_their_own_caches(tmp_path):
@@ -68,12 +73,16 @@ def test_both_modes_from_their_own_caches(tmp_path):
     report = suite_phase(jobs, EvalConfig(), tmp_path, fake_deps(Clock(), caches))
     assert report["kernels"] == 6
     one, together = report["modes"]["one_at_a_time"], report["modes"]["together"]
-    assert one["wall_s"] == 45.0 and one["per_min"] == pytest.approx(8.0)
+    assert one["wall_s"] == 50.0 and one["per_min"] == pytest.approx(7.2)   # 5 s of builds
+    built = [v for k, v in caches if k == "built"]
+    assert built == [tuple(c.id for j in jobs for c in j.candidates)]   # all, once, up front
+    assert [k for k, _ in caches][:3] == ["prebuild", "built", "one"]
     assert together["wall_s"] == 20.0 and together["per_min"] == pytest.approx(18.0)
-    assert report["speedup"] == pytest.approx(2.25)
+    assert report["speedup"] == pytest.approx(2.5)
     assert report["target"]["passed"] is True
-    dirs = {kind: {d for k, d in caches if k == kind} for kind in ("one", "set", "warm")}
-    assert dirs["one"] == {str(tmp_path / "suite-one_at_a_time")}
+    dirs = {kind: {d for k, d in caches if k == kind}
+            for kind in ("one", "set", "warm", "prebuild")}
+    assert dirs["one"] == dirs["prebuild"] == {str(tmp_path / "suite-one_at_a_time")}
     assert dirs["set"] == {str(tmp_path / "suite-together")}
     assert dirs["warm"] == {str(tmp_path / "suite-together_warm")}
     assert report["modes"]["together_warm"]["per_min"] == pytest.approx(18.0)
@@ -134,8 +143,8 @@ def test_the_modes_can_be_chosen_and_an_unknown_one_is_refused(tmp_path):
     report = suite_phase(jobs, EvalConfig(), tmp_path, fake_deps(Clock(), caches),
                          modes=("together", "one_at_a_time"))
     assert list(report["modes"]) == ["one_at_a_time", "together"]     # MODES' order
-    assert {k for k, _ in caches} == {"one", "set"}                    # no warm-ahead run
-    assert report["speedup"] == pytest.approx(1.5) and report["target"]["passed"] is False
+    assert {k for k, _ in caches} == {"prebuild", "built", "one", "set"}   # no warm-ahead
+    assert report["speedup"] == pytest.approx(35 / 20) and report["target"]["passed"] is False
     alone = suite_phase(jobs, EvalConfig(), tmp_path / "b", fake_deps(Clock(), []),
                         modes=("one_at_a_time",))
     assert alone["target"]["passed"] is None and "(not run)" in suite_markdown(alone)
