@@ -255,7 +255,7 @@ def _suite_modes_arg(text: str) -> tuple[str, ...]:
     """--suite-modes: known modes, at least one (argparse reports errors); they run in
     evokernel.bench.suite.MODES' order whatever the order given."""
     from evokernel.bench.suite import MODES
-    modes = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    modes = tuple(dict.fromkeys(_split_commas(text)))
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise argparse.ArgumentTypeError(f"unknown or no mode {', '.join(bad) or repr(text)}; "

@@ -223,8 +223,8 @@ class Evolution:
             start = 1
         stopped = "completed"
         for gen in range(start, sc.generations + 1):
-            begun = generation_begun(gen, self._candidates.values(), store)   # paid for
-            if self.llm is not None and self.llm.budget_exceeded() and not begun:
+            if (self.llm is not None and self.llm.budget_exceeded()      # unless paid for
+                    and not generation_begun(gen, self._candidates.values(), store)):
                 stopped = "budget"
                 logger.warning("LLM budget spent: stopping before generation {}", gen)
                 break

@@ -167,7 +167,8 @@ def connect_llm(llm: Any, cfg: RunConfig, store: RunStore, run_dir: Path) -> Any
 def generation_begun(gen: int, candidates: Iterable[Any], store: Any) -> bool:
     """Whether generation ``gen`` was paid for, so a resume finishes it even past the budget,
     as a live run finishes a generation it began: its candidates (``.generation``) exist, or,
-    in the batch mode, its requests were written out (``store.llm_requests()``)."""
+    in the batch mode, its requests were written out (``store.llm_requests()``; called only
+    once the budget is spent, since it reads every request)."""
     return (any(c.generation == gen for c in candidates)
             or any(r["generation"] == gen for r in store.llm_requests()))
 
