@@ -19,6 +19,8 @@
 #   frontier-bench: for each run of the frontier stage's layout that exported a best.py,
 #          experiments/do_bench_best.py into RUN/do_bench.json (an independent
 #          triton.testing.do_bench timing), then experiments/frontier_table.py into RESULTS_DIR
+#          FRONTIER_BENCH_PROBLEMS (default FRONTIER_PROBLEMS) names the runs to time, e.g. an
+#          ablation's best run of each problem only
 #   gate-report-load: the gate report (REPEAT passes, default 1) beside scripts/load.py (8
 #          compiles of torch-header CUDA files and one busy loop per core), into
 #          RESULTS_DIR/gate_report_load/
@@ -280,7 +282,7 @@ while next_stage; do
               runs=""
               [ -n "${FRONTIER_PROBLEMS:-}" ] && [ -n "${FRONTIER_ROOT:-}" ] \
                 || echo "frontier-bench: set FRONTIER_ROOT and FRONTIER_PROBLEMS (the frontier stage's runs)"
-              for p in ${FRONTIER_PROBLEMS:-}; do run="$FRONTIER_ROOT/$p"
+              for p in ${FRONTIER_BENCH_PROBLEMS:-${FRONTIER_PROBLEMS:-}}; do run="$FRONTIER_ROOT/$p"
                 if [ ! -f "$run/run.sqlite" ]; then echo "frontier-bench: $run: no run there, left out"; continue; fi
                 runs="$runs $run"; rm -f "$run/do_bench.json"   # never a timing of an older best
                 if [ ! -f "$run/best.py" ]; then
