@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s0 for problem softmax
-# candidate 877da8896ea3feb7, generation 2, operator idea; speedup 1.936x over eager (1.0505 ms -> 0.5427 ms, 114% of floor)
-# idea: [async] Make the cluster kernel persistent and feed it with a TMA bulk-copy pipeline, so that HBM reads keep going during the reduction and cluster.sync() gaps that now stall each CTA (and only 2 CTAs/SM can overlap them). Launch 132 CTAs of 1024 threads as 33 clusters of 4 (cluster dims (4,1,1), 1 CTA/SM). Each cluster takes rows r = cluster_id, r += 33, and each CTA owns one 16384-float (64 KB) quarter of the row. The CTA's dynamic shared memory holds STAGES (tune: 2 3) 64 KB row-slice buffers, each with an mbarrier, and cudaFuncAttributeMaxDynamicSharedMemorySize is set to STAGES*64 KB + 64 B. Thread 0 issues one cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes (64 KB, mbarrier expect_tx) for row r+(STAGES-1)*33 before starting work on row r. After waiting on the stage's mbarrier, all threads read their 16 floats from the buffer as float4, then do the same register max, warp-to-block-to-DSMEM cluster reduction, sum of expf(v - max) and reduction as now. They write expf(v - max)*inv back into the same smem buffer, run fence.proxy.async.shared::cta and __syncthreads, and thread 0 issues a cp.async.bulk.global.shared::cta.bulk_group store of the 64 KB to y. Before a buffer is refilled, cp.async.bulk.wait_group.read<STAGES-1> makes sure its store has drained. The cluster-wide part_max and part_sum slots are double-buffered by row parity, so one cluster.sync per reduction is enough. The input is read once and the output written once, with up to 128-192 KB per SM always in flight.
+# candidate ae5b31f6b571669d, generation 4, operator idea; speedup 2.012x over eager (1.0518 ms -> 0.5228 ms, 107% of floor)
+# idea: [compute] Shorten the per-element instruction chain between the max exchange and the sum push, which is the latency that each row's critical path waits on. First, replace nanmax (compare + isnan + select) everywhere (the 16-value register max, warp_max and the cross-cluster combine) with one inline-PTX `max.NaN.f32` (sm_80+, propagates NaN like PyTorch). Second, replace expf(v - gm) with one FFMA plus exp2f: precompute `ms = -gm * 1.4426950408889634f` once per row, compute `e = exp2f(fmaf(v, 1.4426950408889634f, ms))` (exp2f without ftz keeps denormals, 2 ulp), and accumulate the row sum with 4 independent partial sums (one per float4 component) instead of 2, so the 16 FFMA/EX2/FADD chains overlap. The output stays `e * inv` with `inv` computed once per row, and there is still no fast-math flag.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s0/best.py
 """Softmax (dim=1), NVRTC form.
 
@@ -42,7 +42,10 @@ static_assert(NV >= 1, "need at least one float4 per thread");
 static_assert(NWARPS <= 32 && CLUSTER <= 32, "one lane per warp / per rank");
 
 __device__ __forceinline__ float nanmax(float a, float b) {
-    return (b > a || isnan(b)) ? b : a;     // propagate NaN like PyTorch
+    // One instruction (sm_80+); propagates NaN like PyTorch.
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -167,15 +170,16 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
         }
 
         // ---- max: warp partials pushed to every CTA of the cluster ----
-        float m = NEG_INF;
+        // 4 independent max chains (one per float4 component), combined as a tree.
+        float m0 = v[0].x, m1 = v[0].y, m2 = v[0].z, m3 = v[0].w;
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            m = nanmax(m, v[k].x);
-            m = nanmax(m, v[k].y);
-            m = nanmax(m, v[k].z);
-            m = nanmax(m, v[k].w);
+        for (int k = 1; k < NV; ++k) {
+            m0 = nanmax(m0, v[k].x);
+            m1 = nanmax(m1, v[k].y);
+            m2 = nanmax(m2, v[k].z);
+            m3 = nanmax(m3, v[k].w);
         }
-        m = warp_max(m);
+        const float m = warp_max(nanmax(nanmax(m0, m1), nanmax(m2, m3)));
         int qq = 0;
         if (leader_warp) qq = __shfl_sync(0xffffffffu, q, 0);
         const unsigned bm = a_bmax + 8u * p;
@@ -199,17 +203,24 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
         const int rq = srow[p];
 
         // ---- sum of exp (kept in registers) ----
-        float s0 = 0.0f, s1 = 0.0f;
+        // exp(v - gm) = 2^(v*log2e - gm*log2e): one FFMA + EX2 per element. The rounding of
+        // ms is the same for the whole row and cancels in the normalization; the FFMA result
+        // is rounded once, near zero, so it stays accurate on offset data.
+        const float LOG2E = 1.4426950408889634f;
+        const float ms = -gm * LOG2E;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
-            v[k].x = expf(v[k].x - gm);
-            v[k].y = expf(v[k].y - gm);
-            v[k].z = expf(v[k].z - gm);
-            v[k].w = expf(v[k].w - gm);
-            s0 += v[k].x + v[k].y;
-            s1 += v[k].z + v[k].w;
+            v[k].x = exp2f(fmaf(v[k].x, LOG2E, ms));
+            v[k].y = exp2f(fmaf(v[k].y, LOG2E, ms));
+            v[k].z = exp2f(fmaf(v[k].z, LOG2E, ms));
+            v[k].w = exp2f(fmaf(v[k].w, LOG2E, ms));
+            s0 += v[k].x;
+            s1 += v[k].y;
+            s2 += v[k].z;
+            s3 += v[k].w;
         }
-        const float s = warp_sum(s0 + s1);
+        const float s = warp_sum((s0 + s1) + (s2 + s3));
         const unsigned bs = a_bsum + 8u * p;
         if (lane < CLUSTER) {
             st_async_u32(mapa_rank(smem_addr(&ssum[p][rank * NWARPS + warp]), (unsigned)lane),

@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s1 for problem softmax
-# candidate a95c55584067792f, generation 1, operator idea; speedup 1.589x over eager (1.0520 ms -> 0.6619 ms, 138% of floor)
-# idea: Read x from HBM exactly once by keeping each row in registers: split each 65536-float row over a thread-block cluster of 4 blocks (`__cluster_dims__(4,1,1)`, grid 4*rows) of 512 threads, where each thread loads 8 coalesced float4 (32 floats, index = (blockRank*512*8 + k*512 + tid)*4 for k=0..7) into a fully unrolled register array. Each block then computes its max and its sum of expf(v - max) with warp-shuffle + shared-memory reductions, publishes the (max, sum) pair in shared memory, exchanges it with the other 3 blocks through distributed shared memory (cluster.map_shared_rank + cluster.sync), combines the pairs as sum_b s_b*expf(m_b - M), and writes y = expf(v - M) * (1/S) from the registers as float4 stores, replacing the current 3 strided scalar passes over x (about 3 reads + 1 write per element) with 1 read + 1 write.
+# candidate 5ebe7df751ab9464, generation 4, operator idea; speedup 1.620x over eager (1.0530 ms -> 0.6501 ms, 133% of floor)
+# idea: [compute] Compute each exponential only once instead of twice: in the block-sum phase overwrite the register array in place with e = exp2f(fmaf(v, LOG2E, -m_b*LOG2E)) (m_b = block max, with the all -inf guard kept; one FFMA + ex2 per element instead of the FADD + multi-instruction accurate expf), accumulate the block sum from these e values with the same pairwise (a+b)+(c+d) tree and warp-shuffle reduction, and after the DSMEM exchange compute one per-block scale = expf(m_b - M) / S so that the write phase is just y = e * scale (a single FMUL per element, no second subtract/exp), cutting per-element ALU work by roughly half while keeping the register footprint (63 regs, 2 blocks x 512 threads per SM) and the single HBM read/write unchanged.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s1/best.py
 """Softmax (dim=1), NVRTC form. Fast path: one thread-block cluster per row. Each block keeps its
 slice of the row in registers (x is read from HBM exactly once), computes its (max, sum-of-exp)
@@ -133,7 +133,8 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
 #pragma unroll
     for (int w = 1; w < NWARPS; ++w) m = nan_max(m, s_max[w]);
 
-    // ---- block sum of exp(v - m) (an all -inf block contributes 0, not NaN) ----
+    // ---- e = exp(v - m) computed ONCE, kept in place in the registers, and block-summed ----
+    // (an all -inf block gets e = 0 and contributes 0, not NaN)
     const float ms = (m == NEG_INF) ? 0.0f : m;
     float s = 0.0f;
 #pragma unroll
@@ -142,6 +143,7 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
         const float b = expf(v[k].y - ms);
         const float c = expf(v[k].z - ms);
         const float d = expf(v[k].w - ms);
+        v[k] = make_float4(a, b, c, d);
         s += (a + b) + (c + d);
     }
 #pragma unroll
@@ -172,7 +174,10 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
         const float mr = p[r].x;
         S += (mr == M) ? p[r].y : p[r].y * expf(mr - M);
     }
-    const float inv = 1.0f / S;
+    // y = exp(v - M) / S = exp(v - m) * (exp(m - M) / S): one per-block scale.
+    // (m == M gives exp(0) = 1 exactly; an all -inf row gives exp(NaN) -> NaN like PyTorch;
+    //  an all -inf block in a finite row gives scale 0 and e = 0 -> y = 0.)
+    const float scale = expf(m - M) / S;
 
     // ---- single write of y from registers ----
 #pragma unroll
@@ -180,10 +185,10 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
         const long long j = base + (long long)k * THREADS;
         if (j < nvec) {
             float4 o;
-            o.x = expf(v[k].x - M) * inv;
-            o.y = expf(v[k].y - M) * inv;
-            o.z = expf(v[k].z - M) * inv;
-            o.w = expf(v[k].w - M) * inv;
+            o.x = v[k].x * scale;
+            o.y = v[k].y * scale;
+            o.z = v[k].z * scale;
+            o.w = v[k].w * scale;
             __stcs(yr + j, o);
         }
     }
