@@ -289,7 +289,7 @@ while next_stage; do
                   echo "frontier-bench: $run: no best.py (the run has not ended, or accepted nothing): not timed"
                   continue; fi
                 timeout "$LIMIT" python3 experiments/do_bench_best.py "$run" \
-                  --json "$run/do_bench.json" 2>&1 | tee "$R/do_bench-$p.txt" | tail -5
+                  --json "$run/do_bench.json" 2>&1 | tee "$R/do_bench-${p//\//-}.txt" | tail -5
               done
               # shellcheck disable=SC2086
               if [ -n "$runs" ]; then python3 experiments/frontier_table.py $runs --out "$R"; fi ;;
