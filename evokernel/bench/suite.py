@@ -90,10 +90,13 @@ class ModeRun:
     """One mode's outcome: ``results`` by problem name ([] for a problem whose evaluator could
     not be made) and ``setups``: each problem's set-up steps in seconds, as its GPU worker
     timed them (``info["setup_steps_s"]``, evokernel.engine.session.SetupClock; {} when the
-    worker did not say)."""
+    worker did not say); ``loops``: each problem's seconds on its GPU by step, as the driver
+    timed them ("start": spawn and set-up, "build_wait", "verdicts", "close";
+    evokernel.engine.problem_set.ProblemOutcome.steps_s)."""
 
     results: dict[str, list[EvalResult]]
     setups: dict[str, dict[str, float]]
+    loops: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def _steps(info: Mapping[str, Any] | None) -> dict[str, float]:
@@ -108,6 +111,7 @@ def one_at_a_time(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDep
     if deps.prebuild is not None:
         deps.prebuild([c for j in jobs for c in j.candidates], config)
     for job in jobs:
+        t0 = deps.now()
         try:
             ev = deps.make_evaluator(job.problem, config)
         except Exception as e:  # noqa: BLE001 -- counted as no verdicts, named in the log
@@ -115,10 +119,14 @@ def one_at_a_time(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDep
             run.results[job.problem.name] = []
             continue
         run.setups[job.problem.name] = _steps(getattr(ev, "info", None))
+        t1 = deps.now()
         try:
             run.results[job.problem.name] = list(ev.evaluate(list(job.candidates)))
         finally:
+            t2 = deps.now()
             ev.close()
+            run.loops[job.problem.name] = {"start": t1 - t0, "verdicts": t2 - t1,
+                                           "close": deps.now() - t2}
     return run
 
 
@@ -127,7 +135,8 @@ def together(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps,
     """The whole set at once (evokernel.engine.problem_set)."""
     outcomes = list(deps.evaluate_set(jobs, config, warm_ahead=warm_ahead))
     return ModeRun({o.problem: list(o.results) for o in outcomes},
-                   {o.problem: _steps(o.info) for o in outcomes if not o.error})
+                   {o.problem: _steps(o.info) for o in outcomes if not o.error},
+                   {o.problem: dict(getattr(o, "steps_s", None) or {}) for o in outcomes})
 
 
 def together_warm(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps) -> ModeRun:
@@ -177,7 +186,7 @@ def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
             "wall_s": round(wall, 1), "kernels": len(results),
             "accepted": sum(r.accepted for r in results),
             "per_min": round(60.0 * len(results) / wall, 2) if wall > 0 else None,
-            "setup": setup_summary(got.setups)}
+            "setup": setup_summary(got.setups), "loop": setup_summary(got.loops)}
         logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
     a = verdicts.get("one_at_a_time", {})
     report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"
@@ -217,15 +226,24 @@ def suite_markdown(report: Mapping[str, Any]) -> str:
 
 
 def _setup_lines(report: Mapping[str, Any]) -> list[str]:
-    """Where each mode's per-problem set-up time went: median (largest) seconds per step."""
-    sums = {m: report["modes"][m].get("setup") or {} for m in MODES if m in report["modes"]}
+    """Where each mode's time per problem went: on its GPU, as the driver saw it (start,
+    build wait, verdicts, close), then inside the set-up, as the worker timed it; median
+    (largest) seconds per step over the problems."""
+    return (_step_table(report, "loop", "one problem on its GPU, median (largest) seconds over "
+                        "the problems, by step (evokernel.engine.problem_set.ProblemOutcome)")
+            + _step_table(report, "setup", "set-up of one problem in its GPU worker, median "
+                          "(largest) seconds over the problems, by step "
+                          "(evokernel.engine.session.SetupClock)"))
+
+
+def _step_table(report: Mapping[str, Any], key: str, title: str) -> list[str]:
+    sums = {m: report["modes"][m].get(key) or {} for m in MODES if m in report["modes"]}
     names = list(dict.fromkeys(n for s in sums.values() for n in s.get("steps", {})))
     if not names:
         return []
     shown = [m for m in sums if sums[m]]
-    lines = ["set-up of one problem in its GPU worker, median (largest) seconds over the "
-             "problems, by step (evokernel.engine.session.SetupClock):", "",
-             "| step | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
+    lines = [f"{title}:", "", "| step | " + " | ".join(shown) + " |",
+             "|---|" + "---|" * len(shown)]
     for n in names:
         cells = [f"{s['steps'][n]['median_s']} ({s['steps'][n]['max_s']})"
                  if n in s.get("steps", {}) else "-" for s in (sums[m] for m in shown)]

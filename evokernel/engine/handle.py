@@ -72,18 +72,25 @@ class WorkerHandle:
 
     # -- process life ---------------------------------------------------------------------
     def prepare(self, warm: bool = False) -> None:
-        """Spawn the worker process now, without its set-up: it loads its modules (torch
-        among them) and waits, so that a later ``start`` costs the set-up alone. Used to get
-        the next problem's worker ready while the current one's candidates are timed
-        (evokernel.engine.problem_set); it opens no CUDA context, so it cannot disturb them.
-        ``warm``: also make its CUDA context and load torch.profiler now (the worker's
-        ``warm_up``: a few tiny kernels beside whatever the GPU is timing)."""
+        """Spawn the worker process now, without its set-up: it loads its modules (torch and
+        the set-up's own, evokernel.engine.worker.preload) and waits, so that a later ``start``
+        costs the set-up alone. Used to get the next problem's worker ready while the current
+        one is set up and its candidates are timed (evokernel.engine.problem_set); it opens no
+        CUDA context, so it cannot disturb them. ``warm``: also ``warm()`` it now."""
         self._spawn()
-        if warm and self._send is not None:
-            try:
-                protocol.send(self._send, {"kind": "warm"})
-            except OSError:            # gone already: start() spawns a new one
-                pass
+        if warm:
+            self.warm()
+
+    def warm(self) -> None:
+        """Ask a prepared worker to make its CUDA context and load torch.profiler before its
+        set-up arrives (the worker's ``warm_up``: a few tiny kernels beside whatever the GPU is
+        timing). Does nothing unless ``prepare`` spawned a worker that is still waiting."""
+        if self._send is None or self._pending_setup is None:
+            return
+        try:
+            protocol.send(self._send, {"kind": "warm"})
+        except OSError:            # gone already: start() spawns a new one
+            pass
 
     def start(self) -> dict[str, Any]:
         """Spawn the worker (unless ``prepare`` did) and wait until its reference is ready;

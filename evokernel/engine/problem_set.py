@@ -7,7 +7,10 @@
 One problem at a time per GPU, as its verdicts need (a problem's reference is timed alone), but
 GPUs take problems from one queue, builds never wait for a GPU, a problem's set-up overlaps the
 builds of its candidates, and the next problem's worker process is already started (its
-interpreter and torch loaded; no CUDA context) when the current one closes. The set-up itself
+interpreter, torch and the set-up's modules loaded; no CUDA context) when the current one
+closes: it is spawned as the current problem's set-up begins, since loading those modules takes
+longer than one candidate's verdict (the first flop count alone took 4.0-4.5 s of each set-up on
+the H200, results/h200-2026-12-03-s18/chain/bench_suite.md). The set-up itself
 (fp64 truths, reference timing) stays on the GPU it is measured on and runs when that GPU is
 free: timing a reference beside another problem's candidates would measure both wrong.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -46,7 +50,10 @@ class ProblemJob:
 class ProblemOutcome:
     """What one problem gave: ``results`` in its candidates' order (empty when ``error``, the
     set-up failure, is set), the worker's ``info`` (device, reference_ms, floors), the GPU
-    index it ran on, and its wall seconds from set-up to its last verdict."""
+    index it ran on, its wall seconds from set-up to its last verdict, and where that GPU's
+    time went, in seconds (``steps_s``): "start" (the worker's spawn, where not done ahead,
+    and its set-up), "build_wait" (waiting for its candidates' builds), "verdicts" (gating and
+    timing them), "close" (ending the worker, before the GPU's next problem)."""
 
     problem: str
     results: list[EvalResult]
@@ -54,6 +61,7 @@ class ProblemOutcome:
     device: int | str | None = None
     error: str | None = None
     wall_s: float = 0.0
+    steps_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 #: ``on_result(problem_name, result)``, called from the GPU threads as each verdict is ready.
@@ -112,36 +120,47 @@ class ProblemSetRun:
                 self.outcomes[i] = ProblemOutcome(self.jobs[i].problem.name, [], {}, device,
                                                   error=f"{type(e).__name__}: {e}")
             finally:
+                t_close = time.perf_counter()
                 handle.close()
+                if self.outcomes[i] is not None:
+                    self.outcomes[i].steps_s["close"] = time.perf_counter() - t_close
             i, handle = j, ahead
 
     def _one_problem(self, i: int, handle: Any, device: Any, ahead: Any) -> ProblemOutcome:
-        import time
         job, t0 = self.jobs[i], time.perf_counter()
+        if ahead is not None:     # its interpreter, torch and set-up modules, during this set-up
+            ahead.prepare()       # (CPU only: no CUDA context, so nothing beside the timings)
         try:
             info = handle.start()
         except EvokernelError as e:                   # the problem cannot be set up
-            if ahead is not None:
-                ahead.prepare(warm=self.warm_ahead)
-            return ProblemOutcome(job.problem.name, [], {}, device, error=str(e))
-        if ahead is not None:                         # its interpreter and torch, meanwhile
-            ahead.prepare(warm=self.warm_ahead)
+            if ahead is not None and self.warm_ahead:
+                ahead.warm()
+            return ProblemOutcome(job.problem.name, [], {}, device, error=str(e),
+                                  steps_s={"start": time.perf_counter() - t0})
+        steps = {"start": time.perf_counter() - t0, "build_wait": 0.0, "verdicts": 0.0}
+        if ahead is not None and self.warm_ahead:     # its CUDA context: after this set-up
+            ahead.warm()
         guard = self.guard_for(info)
-        results = [self._judge(job.problem.name, c, handle, guard) for c in job.candidates]
+        results = [self._judge(job.problem.name, c, handle, guard, steps) for c in job.candidates]
         return ProblemOutcome(job.problem.name, results, dict(info), device,
-                              wall_s=time.perf_counter() - t0)
+                              wall_s=time.perf_counter() - t0, steps_s=steps)
 
-    def _judge(self, name: str, cand: Candidate, handle: Any, guard: Any) -> EvalResult:
-        """One candidate: its build's failure, or its verdict on this problem's worker."""
+    def _judge(self, name: str, cand: Candidate, handle: Any, guard: Any,
+               steps: dict[str, float]) -> EvalResult:
+        """One candidate: its build's failure, or its verdict on this problem's worker (the
+        seconds spent waiting for the build and judging added to ``steps``)."""
         build = self.builds[cand.id]
         if isinstance(build, EvalResult):
             r = dataclasses.replace(build)
         else:
+            t0 = time.perf_counter()
             try:
                 b = build.result()
             except Exception as e:  # noqa: BLE001 -- a builder bug must not lose the candidate
                 b = None
                 r = EvalResult.failure(cand.id, Reason.BUILD_ERROR, f"builder error: {e}")
+            t1 = time.perf_counter()
+            steps["build_wait"] += t1 - t0
             if b is not None and not b.ok:
                 r = EvalResult.failure(cand.id, b.reason or Reason.BUILD_ERROR, "build failed"
                                        if b.reason is not Reason.BUILD_TIMEOUT else
@@ -151,6 +170,7 @@ class ProblemSetRun:
                 v = guard.run(lambda: handle.evaluate(cand, self.config.eval_timeout_s))
                 r = dataclasses.replace(v, build_s=b.build_s, flags=tuple(b.flags) + v.flags,
                                         resources=v.resources or b.resources)
+                steps["verdicts"] += time.perf_counter() - t1
         if self.on_result is not None:
             self.on_result(name, r)
         return r

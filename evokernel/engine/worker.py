@@ -53,10 +53,23 @@ def warm_up() -> None:
         pass
 
 
+def preload() -> None:
+    """Import, before the set-up arrives, what the set-up (Session) imports on first use, so
+    that a worker started ahead of its problem (WorkerHandle.prepare) has it ready: torch,
+    torch._dynamo (the flop count's torch.func and FlopCounterMode pull it in: 4.0-4.5 s of the
+    "floors" step of each set-up on the H200, results/h200-2026-12-03-s18/chain/bench_suite.md;
+    on this project's CPU machine the first count_flops took 5.8 s without this, 0.02 s after
+    it), and evokernel's gate and timing modules. Opens no CUDA context."""
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.utils.flop_counter  # noqa: F401
+    from evokernel.gate import fallback, judge, reference, trace  # noqa: F401
+    from evokernel.timing import clocks, floor, interleaved  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
-    import torch  # noqa: F401 -- loaded before the set-up arrives: a worker started ahead of
-    #               its problem (WorkerHandle.prepare) has it ready; no CUDA context yet
     exit_when_orphaned(int(argv[1]))   # a driver killed mid-candidate takes this worker along
+    preload()
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
     session: Session | None = None

@@ -3,6 +3,7 @@ kernels/min from the wall clock, the verdicts that differ listed, and the comman
 `--phases suite` checked without a GPU."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -185,3 +186,37 @@ def test_without_one_at_a_time_nothing_differs_and_no_speedup_is_printed(tmp_pat
                          modes=("together",))
     assert report["differ"] == [] and report["speedup"] is None
     assert "together / one at a time: -" in suite_markdown(report)
+
+
+def test_each_problems_gpu_time_is_split_by_step_in_both_modes(tmp_path):
+    clock, caches = Clock(), []
+    base = fake_deps(clock, caches)
+
+    class Slow(base.make_evaluator):
+        def __init__(self, problem, config):
+            clock.t += 4.0 if problem.name == "softmax" else 2.0       # spawn and set-up
+            super().__init__(problem, config)
+
+        def close(self):
+            clock.t += 0.5
+
+    def evaluate_set(jobs, config, warm_ahead=False):
+        return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates], {}, 0,
+                               steps_s={"start": 1.0 + i, "build_wait": 30.0 * (i == 0),
+                                        "verdicts": 0.5, "close": 0.25})
+                for i, j in enumerate(jobs)]
+
+    deps = dataclasses.replace(base, make_evaluator=Slow, evaluate_set=evaluate_set)
+    jobs = suite_jobs(["softmax", "matmul", "layernorm"], None, 1)
+    report = suite_phase(jobs, EvalConfig(), tmp_path, deps, modes=("one_at_a_time", "together"))
+    one = report["modes"]["one_at_a_time"]["loop"]["steps"]
+    assert one["start"] == {"median_s": 2.0, "max_s": 4.0}
+    assert one["verdicts"] == {"median_s": 15.0, "max_s": 15.0}
+    assert one["close"] == {"median_s": 0.5, "max_s": 0.5}
+    together = report["modes"]["together"]["loop"]
+    assert together["steps"]["build_wait"] == {"median_s": 0.0, "max_s": 30.0}
+    assert together["median_total_s"] == 3.75           # 31.75, 2.75, 3.75: the middle one
+    md = suite_markdown(report)
+    assert "one problem on its GPU" in md
+    assert "| start | 2.0 (4.0) | 2.0 (3.0) |" in md
+    assert "| build_wait | - | 0.0 (30.0) |" in md

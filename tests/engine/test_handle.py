@@ -57,6 +57,28 @@ def test_recycled_after_n_candidates(tmp_path):
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
 
 
+def test_a_prepared_worker_is_the_one_set_up_and_warm_reaches_it_first(tmp_path):
+    w = handle(tmp_path)
+    try:
+        w.warm()                                     # nothing prepared: nothing spawned
+        assert w.proc is None
+        w.prepare()
+        pid = w.proc.pid
+        w.warm()
+        info = w.start()
+        assert info["pid"] == pid and info["warmed"] is True
+        w.warm()                                     # set up already: not sent again
+        assert w.evaluate(cand("ok", 1), timeout_s=10).accepted and int(
+            w.evaluate(cand("ok", 2), timeout_s=10).detail) == pid
+    finally:
+        w.close()
+    cold = handle(tmp_path / "cold")
+    try:
+        assert cold.start()["warmed"] is False
+    finally:
+        cold.close()
+
+
 def test_setup_failure_names_the_problem(tmp_path):
     w = handle(tmp_path, name="broken")
     with pytest.raises(ProblemError, match=r"(?s)broken\.py.*NameError"):

@@ -60,7 +60,10 @@ class FakeHandle:
     def prepare(self, warm=False):
         self.log.add("prepare", self.name, self.device)
         if warm:
-            self.log.add("warm", self.name)
+            self.warm()
+
+    def warm(self):
+        self.log.add("warm", self.name)
 
     def start(self):
         self.log.add("start", self.name, self.device)
@@ -95,18 +98,24 @@ def test_builds_go_up_front_and_the_next_worker_is_ready_before_the_current_clos
     assert kinds[:5] == ["build"] * 5                   # all five, before any set-up
     assert "build" not in kinds[5:]
     for current, following in (("a", "b"), ("b", "c")):
-        assert events.index(("prepare", following, 0)) < events.index(("close", current, 0))
-        assert events.index(("start", current, 0)) < events.index(("prepare", following, 0))
+        # spawned as the current set-up begins: its imports take longer than one verdict
+        assert events.index(("prepare", following, 0)) < events.index(("start", current, 0))
     assert [o.problem for o in outcomes] == ["a", "b", "c"]
     assert [[r.candidate_id for r in o.results] for o in outcomes] == \
         [[c.id for c in j.candidates] for j in jobs]
     assert all(r.accepted and r.build_s == 1.0 for o in outcomes for r in o.results)
+    for o in outcomes:                                  # where each problem's GPU time went
+        assert set(o.steps_s) == {"start", "build_wait", "verdicts", "close"}
+        assert o.steps_s["verdicts"] >= 0.05 * len(o.results)      # the fake's 50 ms each
 
 
-def test_warm_ahead_is_asked_for(tmp_path):
+def test_warm_ahead_is_asked_for_after_the_current_set_up(tmp_path):
     jobs = [job(tmp_path, "a", "1"), job(tmp_path, "b", "1")]
     assert ("warm", "b") not in fake_run(tmp_path, jobs)[1]
-    assert ("warm", "b") in fake_run(tmp_path, jobs, warm_ahead=True)[1]
+    events = fake_run(tmp_path, jobs, warm_ahead=True)[1]
+    # its CUDA context only once "a"'s reference is timed: never beside a set-up's timing
+    assert events.index(("start", "a", 0)) < events.index(("warm", "b")) \
+        < events.index(("start", "b", 0))
 
 
 def test_a_problem_that_cannot_be_set_up_costs_only_its_row(tmp_path):

@@ -17,6 +17,7 @@ from evokernel.records import Candidate, EvalResult, Reason, Verdict
 def main(argv):
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
+    warmed = False                                    # a "warm" came before the set-up
     while True:
         try:
             msg = protocol.recv(conn_in)
@@ -28,7 +29,9 @@ def main(argv):
                 return 2
             if msg["problem"]["name"] == "slow":     # a real set-up: torch, truths, baselines
                 time.sleep(3)
-            protocol.send(conn_out, {"kind": "ready", "info": {"pid": os.getpid()}})
+            protocol.send(conn_out, {"kind": "ready", "info": {"pid": os.getpid(), "warmed": warmed}})
+        elif msg["kind"] == "warm":
+            warmed = True
         elif msg["kind"] == "eval":
             cand = Candidate.from_dict(msg["candidate"])
             print(f"evaluating {cand.idea}", flush=True)
