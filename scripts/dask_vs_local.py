@@ -8,6 +8,11 @@ engine, in the same run (issue 16's "must show" on the one-GPU H200):
 
     python scripts/dask_vs_local.py [--phases gate,cold] [--out DIR] [--build-workers 8]
         [--local-gate GATE_REPORT.json] [--local-bench BENCH_THROUGHPUT.json]
+        [--rounds 2] [--throughput layernorm=8,matmul=8]
+
+``--rounds`` repeats the cold comparison with the order alternating (session 18's one run, local
+first, found the Dask half's builds 30% slower with the same CPU profile: an order effect could
+not be told apart from an engine one).
 
 ``--local-gate`` and ``--local-bench`` take the local engine's half from a gate report
 (experiments/gate_report.py's JSON; every pass's verdicts) or a bench run (evokernel.bench's
@@ -137,30 +142,54 @@ def bench_cold(path: Path, variants) -> dict:
 
 
 def cold_phase(out: Path, address: str, work: Path, build_workers: int | None,
-               local: dict | None = None, local_from: str = "this run") -> dict:
-    """local: the local engine's cold phase read by check_given (None: measure it here)."""
+               local: dict | None = None, local_from: str = "this run", rounds: int = 1,
+               throughput: tuple | None = None) -> dict:
+    """local: the local engine's cold phase read by check_given (None: measure it here).
+    rounds: measure both engines this many times, the order alternating (local first in even
+    rounds), each from an empty cache, so that neither gains from going second (a machine that
+    warms up or slows down over minutes); the ratio pools the rounds (candidates over evaluate
+    seconds per engine)."""
     from evokernel.bench.deps import fresh_dir
-    from evokernel.bench.plan import BenchPlan, throughput_variants
+    from evokernel.bench.plan import DEFAULT_THROUGHPUT, BenchPlan, throughput_variants
     from evokernel.bench.run import cuda_deps
     from evokernel.bench.throughput import throughput_phase
     from evokernel.engine.factory import make_evaluator
     plan = BenchPlan(results_dir=out, work_dir=work, phases=("cold",),
-                     build_workers=build_workers)
+                     build_workers=build_workers, throughput=throughput or DEFAULT_THROUGHPUT)
     variants = throughput_variants(plan.throughput)
     deps = cuda_deps(plan)
-    stats = {"local": local} if local is not None else {}
-    for engine, dask in (("local", None), ("dask", address)):
-        if engine in stats:
-            continue
-        cache = fresh_dir(work / f"cold-{engine}")
-        deps.prepare_cache(cache)
-        d = dataclasses.replace(deps, make_evaluator=lambda p, c, dask=dask: make_evaluator(
-            p, c, log_dir=Path(c.cache_path) / "logs", dask=dask))
-        tp = {"candidates": [{"problem": v.problem, "id": v.candidate.id} for v in variants]}
-        stats[engine] = throughput_phase("cold", plan, variants, cache, d, tp).to_dict()
-    ratio = stats["dask"]["per_min"] / stats["local"]["per_min"]
-    return {"local": stats["local"], "dask": stats["dask"], "dask_over_local": round(ratio, 3),
-            "local_from": local_from, "passed": ratio >= 0.9}
+    per_round = []
+    for r in range(rounds):
+        stats = {"local": local} if local is not None else {}
+        for engine, dask in (("local", None), ("dask", address))[::1 if r % 2 == 0 else -1]:
+            if engine in stats:
+                continue
+            cache = fresh_dir(work / f"cold-{engine}-{r}")
+            deps.prepare_cache(cache)
+            d = dataclasses.replace(deps, make_evaluator=lambda p, c, dask=dask: make_evaluator(
+                p, c, log_dir=Path(c.cache_path) / "logs", dask=dask))
+            tp = {"candidates": [{"problem": v.problem, "id": v.candidate.id} for v in variants]}
+            stats[engine] = throughput_phase("cold", plan, variants, cache, d, tp).to_dict()
+        stats["first"] = "local" if r % 2 == 0 else "dask"
+        per_round.append(stats)
+    pooled = {e: pool([st[e] for st in per_round]) for e in ("local", "dask")}
+    ratio = pooled["dask"]["per_min"] / pooled["local"]["per_min"]
+    return {"local": pooled["local"], "dask": pooled["dask"], "dask_over_local": round(ratio, 3),
+            "local_from": local_from, "passed": ratio >= 0.9,
+            "rounds": [{"first": st["first"], "local_per_min": st["local"]["per_min"],
+                        "dask_per_min": st["dask"]["per_min"]} for st in per_round],
+            "throughput": [list(t) for t in plan.throughput]}
+
+
+def pool(stats: list[dict]) -> dict:
+    """One engine's cold phases of several rounds as one: candidates, accepted, evaluate and
+    set-up seconds summed; per_min = 60 * candidates / evaluate seconds (as the bench's)."""
+    if len(stats) == 1:
+        return stats[0]
+    out = {k: sum(s[k] for s in stats) for k in ("candidates", "accepted", "evaluate_s",
+                                                 "setup_s")}
+    out["per_min"] = 60.0 * out["candidates"] / out["evaluate_s"] if out["evaluate_s"] else 0.0
+    return out
 
 
 def markdown(rep: dict) -> str:
@@ -180,6 +209,10 @@ def markdown(rep: dict) -> str:
             s = c[e]
             lines.append(f"| {e} | {s['candidates']} | {s['accepted']} | "
                          f"{s['evaluate_s']:.1f} | {s['per_min']:.2f} | {s['setup_s']:.1f} |")
+        if len(c.get("rounds", [])) > 1:
+            lines += ["", "rounds (each from an empty cache; per min local, dask): " + "; ".join(
+                f"{x['first']} first: {x['local_per_min']:.2f}, {x['dask_per_min']:.2f}"
+                for x in c["rounds"])]
         lines += ["", f"local from: {c.get('local_from', 'this run')}",
                   f"dask / local: {c['dask_over_local']} (>= 0.9: "
                   f"{'passed' if c['passed'] else 'FAILED'})", ""]
@@ -205,6 +238,7 @@ def check_given(args, phases: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
+    from evokernel.bench.cli import throughput_arg
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", default="gate,cold")
     ap.add_argument("--out", type=Path, default=None)
@@ -216,7 +250,17 @@ def main(argv=None) -> int:
     ap.add_argument("--local-bench", type=Path, default=None,
                     help="the local engine's bench_throughput.json from this call (its cold "
                          "phase; only Dask runs)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="cold: measure both engines this many times, alternating which goes "
+                         "first (default 1: local, then Dask)")
+    ap.add_argument("--throughput", type=throughput_arg, default=None, metavar="P=N,...",
+                    help="cold: tune variants per problem (default: the bench's, "
+                         "layernorm=16,conv2d_relu_maxpool=8,matmul=8)")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds: at least 1, got {args.rounds}")
+    if args.local_bench is not None and (args.rounds > 1 or args.throughput is not None):
+        ap.error("--local-bench takes the local half from a file: no --rounds or --throughput")
     phases = [p for p in args.phases.split(",") if p]
     if set(phases) - {"gate", "cold"}:
         ap.error(f"--phases: gate and/or cold, got {args.phases}")
@@ -241,7 +285,8 @@ def main(argv=None) -> int:
         if "cold" in phases:
             rep["cold"] = cold_phase(out, cluster.scheduler_address, args.work_dir,
                                      args.build_workers, local.get("cold"),
-                                     str(args.local_bench or "this run"))
+                                     str(args.local_bench or "this run"), args.rounds,
+                                     args.throughput)
     finally:
         cluster.close()
     (out / "dask_vs_local.json").write_text(json.dumps(rep, indent=2))

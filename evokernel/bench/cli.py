@@ -44,7 +44,9 @@ def _phases_arg(text: str) -> tuple[str, ...]:
     return tuple(p for p in PHASES if p in parts) + suite
 
 
-def _throughput_arg(text: str) -> tuple[tuple[str, int], ...]:
+def throughput_arg(text: str) -> tuple[tuple[str, int], ...]:
+    """``--throughput``'s value, "layernorm=16,matmul=8", as ((problem, count), ...).
+    Raises: argparse.ArgumentTypeError naming the item that is not PROBLEM=COUNT (COUNT >= 1)."""
     out = []
     for item in _split_commas(text):
         name, _, count = item.partition("=")
@@ -99,7 +101,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "candidate forms side by side) or all; they run in that order (default: "
                         "cold,warm,fidelity,sequential; nvrtc_*: the NVRTC twins of the same "
                         "variants, evokernel.nvrtc; faults is tests/engine/test_gpu_faults.py)")
-    p.add_argument("--throughput", type=_throughput_arg, default=DEFAULT_THROUGHPUT,
+    p.add_argument("--throughput", type=throughput_arg, default=DEFAULT_THROUGHPUT,
                    metavar="P=N,...", help="tune variants per problem for the throughput phases "
                    "(default: layernorm=16,conv2d_relu_maxpool=8,matmul=8: 32 candidates)")
     p.add_argument("--sequential-n", type=_positive_int, default=8,

@@ -2,6 +2,7 @@
 (--local-gate, --local-bench): what it reads, and every bad file named before any GPU work."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -103,3 +104,47 @@ def test_bad_given_files_stop_it_before_the_gpu(dvl, tmp_path, monkeypatch):
         dvl.main(["--phases", "gate", "--local-gate", str(bad)])
     with pytest.raises(SystemExit, match="--local-gate goes with --phases gate"):
         dvl.main(["--phases", "cold", "--local-gate", str(bad)])
+    with pytest.raises(SystemExit):
+        dvl.main(["--phases", "cold", "--rounds", "0"])
+    with pytest.raises(SystemExit):
+        dvl.main(["--phases", "cold", "--rounds", "2", "--local-bench", str(bad)])
+    with pytest.raises(SystemExit):
+        dvl.main(["--phases", "cold", "--throughput", "layernorm=0"])
+
+
+def test_cold_rounds_alternate_the_order_and_pool_the_ratio(dvl, tmp_path, monkeypatch):
+    import evokernel.bench.run as bench_run
+    import evokernel.bench.throughput as throughput
+    calls = []
+
+    class Stats:
+        def __init__(self, n, s):
+            self.n, self.s = n, s
+
+        def to_dict(self):
+            return {"candidates": self.n, "accepted": self.n, "evaluate_s": self.s,
+                    "setup_s": 1.0, "per_min": 60.0 * self.n / self.s}
+
+    def phase(name, plan, variants, cache, deps, report):
+        engine = "dask" if "dask" in str(cache) else "local"
+        calls.append((engine, cache.name, len(variants)))
+        # the engine that goes second is slower: an order effect, not an engine one
+        return Stats(len(variants), 60.0 if len(calls) % 2 else 90.0)
+
+    monkeypatch.setattr(throughput, "throughput_phase", phase)
+    @dataclasses.dataclass
+    class Deps:
+        prepare_cache: object = lambda p: p  # noqa: E731
+        make_evaluator: object = None
+
+    monkeypatch.setattr(bench_run, "cuda_deps", lambda plan: Deps())
+    rep = dvl.cold_phase(tmp_path, "tcp://x", tmp_path, 8, rounds=2,
+                         throughput=(("layernorm", 3), ("matmul", 1)))
+    assert [(e, c) for e, c, _ in calls] == [("local", "cold-local-0"), ("dask", "cold-dask-0"),
+                                             ("dask", "cold-dask-1"), ("local", "cold-local-1")]
+    assert {n for _, _, n in calls} == {4}
+    assert rep["dask_over_local"] == 1.0 and rep["passed"]       # 150 s each: same pooled
+    assert [r["first"] for r in rep["rounds"]] == ["local", "dask"]
+    assert rep["local"]["candidates"] == 8 and rep["local"]["evaluate_s"] == 150.0
+    assert rep["throughput"] == [["layernorm", 3], ["matmul", 1]]
+    assert "dask first: 2.67, 4.00" in dvl.markdown({"date": "d", "cold": rep})
