@@ -146,6 +146,20 @@ class NvmlProcesses:
         return tuple(sorted(p for p in listed if not descends_from(p, self.root_pid)))
 
 
+def free_memory_fraction(uuid: str) -> float | None:
+    """The fraction of the memory of the GPU with ``uuid`` (as NvmlProcesses takes it) that is
+    free now, from NVML (nvmlDeviceGetMemoryInfo); None when NVML, the GPU or its total is
+    unknown. Never raises."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        name = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByUUID(name))
+        return float(info.free) / float(info.total) if info.total else None
+    except Exception:  # noqa: BLE001 -- missing, refused, or an unknown uuid: not known
+        return None
+
+
 class SharedGpuGuard:
     """Waits for, re-measures and marks candidates evaluated while the GPU was shared.
 

@@ -3,6 +3,7 @@
     every candidate of every problem ──> builds, all submitted up front (one Builder)
     per GPU: problem k's worker set up ──> its candidates gated and timed as their builds end
              meanwhile the worker of the GPU's next problem is started (``WorkerHandle.prepare``)
+             and, while problem k waits for a build, the next ones are set up (``setup_ahead``)
 
 One problem at a time per GPU, as its verdicts need (a problem's reference is timed alone), but
 GPUs take problems from one queue, builds never wait for a GPU, a problem's set-up overlaps the
@@ -10,9 +11,13 @@ builds of its candidates, and the next problem's worker process is already start
 interpreter, torch and the set-up's modules loaded; no CUDA context) when the current one
 closes: it is spawned as the current problem's set-up begins, since loading those modules takes
 longer than one candidate's verdict (the first flop count alone took 4.0-4.5 s of each set-up on
-the H200, results/h200-2026-12-03-s18/chain/bench_suite.md). The set-up itself
-(fp64 truths, reference timing) stays on the GPU it is measured on and runs when that GPU is
-free: timing a reference beside another problem's candidates would measure both wrong.
+the H200, results/h200-2026-12-03-s18/chain/bench_suite.md). A set-up (fp64 truths, reference
+timing) runs only while its GPU times nothing: timing a reference beside another problem's
+candidates would measure both wrong. That is at its turn, or earlier, while the problem before
+it waits for a build: on the H200 the GPU waited ~40 s for the first builds of a 24-problem set
+while one set-up took ~6.5 s (same file). A worker set up ahead then waits, idle, with its CUDA
+context and its truths in GPU memory, until its turn; an idle context takes no GPU time, and
+set-ups ahead stop while less than half the GPU's memory is free (MIN_FREE_FOR_AHEAD).
 
 Isolation is the local engine's: each problem has its own contained worker process
 (evokernel.engine.handle), so a hang, crash or CUDA fault costs one candidate and the worker is
@@ -24,6 +29,7 @@ import dataclasses
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -32,7 +38,7 @@ from loguru import logger
 
 from evokernel.config import EvalConfig
 from evokernel.engine.evaluator import setup_message, static_check
-from evokernel.engine.gpu_share import NvmlProcesses, SharedGpuGuard
+from evokernel.engine.gpu_share import NvmlProcesses, SharedGpuGuard, free_memory_fraction
 from evokernel.errors import EvokernelError, NoGPUError
 from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason
@@ -68,16 +74,35 @@ class ProblemOutcome:
 OnProblemResult = Callable[[str, EvalResult], None]
 
 
+#: Problems are set up ahead only while at least this fraction of the GPU's memory is free
+#: (NVML), so that the workers waiting with their truths never starve the candidate being timed.
+MIN_FREE_FOR_AHEAD = 0.5
+
+
+@dataclasses.dataclass
+class _Slot:
+    """A problem a GPU took from the queue: its worker (spawned), its info once set up."""
+
+    index: int
+    handle: Any
+    info: dict[str, Any] | None = None
+    steps: dict[str, float] = dataclasses.field(default_factory=dict)
+    retry: bool = False          # its set-up ahead failed: it is set up again at its turn
+
+
 class ProblemSetRun:
     """One run of ``evaluate_problem_set`` (see there); ``run()`` returns the outcomes."""
 
     def __init__(self, jobs: Sequence[ProblemJob], config: EvalConfig, *, devices: Sequence[Any],
                  arch: str, builder: Any, make_handle: Callable[[Problem, Any], Any],
                  guard_for: Callable[[dict[str, Any]], Any],
-                 on_result: OnProblemResult | None = None, warm_ahead: bool = False):
+                 on_result: OnProblemResult | None = None, warm_ahead: bool = False,
+                 setup_ahead: int = 0,
+                 free_memory: Callable[[dict[str, Any]], float | None] = lambda info: None):
         self.jobs, self.config, self.devices, self.arch = list(jobs), config, list(devices), arch
         self.builder, self.make_handle, self.guard_for = builder, make_handle, guard_for
         self.on_result, self.warm_ahead = on_result, warm_ahead
+        self.setup_ahead, self.free_memory = setup_ahead, free_memory
         self.builds: dict[str, Future | EvalResult] = {}
         self.outcomes: list[ProblemOutcome | None] = [None] * len(self.jobs)
         self.todo: queue.Queue[int] = queue.Queue()
@@ -99,61 +124,105 @@ class ProblemSetRun:
             t.join()
         return [o for o in self.outcomes if o is not None]
 
-    def _next(self) -> int | None:
+    def _take(self, line: deque[_Slot], device: Any) -> bool:
+        """One more problem from the queue into ``line``, its worker spawned (CPU only: its
+        interpreter, torch and set-up modules; no CUDA context). False when the queue is empty."""
         try:
-            return self.todo.get_nowait()
+            k = self.todo.get_nowait()
         except queue.Empty:
-            return None
+            return False
+        line.append(_Slot(k, self.make_handle(self.jobs[k].problem, device)))
+        line[-1].handle.prepare()
+        return True
 
     def _gpu_loop(self, device: Any) -> None:
-        """Problems from the queue, one at a time on ``device``; the next one's worker is
-        started while the current one's candidates run."""
-        i, handle = self._next(), None
-        while i is not None:
-            handle = handle or self.make_handle(self.jobs[i].problem, device)
-            j = self._next()
-            ahead = self.make_handle(self.jobs[j].problem, device) if j is not None else None
-            try:
-                self.outcomes[i] = self._one_problem(i, handle, device, ahead)
-            except Exception as e:  # noqa: BLE001 -- one problem's bug must not stop the set
-                logger.exception("problem set: {} failed", self.jobs[i].problem.name)
-                self.outcomes[i] = ProblemOutcome(self.jobs[i].problem.name, [], {}, device,
-                                                  error=f"{type(e).__name__}: {e}")
-            finally:
-                t_close = time.perf_counter()
-                handle.close()
-                if self.outcomes[i] is not None:
-                    self.outcomes[i].steps_s["close"] = time.perf_counter() - t_close
-            i, handle = j, ahead
-
-    def _one_problem(self, i: int, handle: Any, device: Any, ahead: Any) -> ProblemOutcome:
-        job, t0 = self.jobs[i], time.perf_counter()
-        if ahead is not None:     # its interpreter, torch and set-up modules, during this set-up
-            ahead.prepare()       # (CPU only: no CUDA context, so nothing beside the timings)
+        """Problems from the queue, one at a time on ``device``: the next one's worker spawned
+        as the current one's set-up begins; while the current one waits for a build (the GPU
+        idle), the next ones set up (``setup_ahead``)."""
+        line: deque[_Slot] = deque()
         try:
-            info = handle.start()
-        except EvokernelError as e:                   # the problem cannot be set up
-            if ahead is not None and self.warm_ahead:
-                ahead.warm()
-            return ProblemOutcome(job.problem.name, [], {}, device, error=str(e),
-                                  steps_s={"start": time.perf_counter() - t0})
-        steps = {"start": time.perf_counter() - t0, "build_wait": 0.0, "verdicts": 0.0}
-        if ahead is not None and self.warm_ahead:     # its CUDA context: after this set-up
-            ahead.warm()
-        guard = self.guard_for(info)
-        results = [self._judge(job.problem.name, c, handle, guard, steps) for c in job.candidates]
-        return ProblemOutcome(job.problem.name, results, dict(info), device,
-                              wall_s=time.perf_counter() - t0, steps_s=steps)
+            self._take(line, device)
+            while line:
+                slot = line.popleft()
+                if not line:
+                    self._take(line, device)
+                out = self._one_problem(slot, line, device)
+                t_close = time.perf_counter()
+                slot.handle.close()
+                out.steps_s["close"] = time.perf_counter() - t_close
+                self.outcomes[slot.index] = out
+        finally:
+            for slot in line:           # only if the loop itself failed: no worker left behind
+                slot.handle.close()
 
-    def _judge(self, name: str, cand: Candidate, handle: Any, guard: Any,
-               steps: dict[str, float]) -> EvalResult:
+    def _start(self, slot: _Slot, step: str) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            return slot.handle.start()
+        finally:
+            slot.steps[step] = time.perf_counter() - t0
+
+    def _one_problem(self, slot: _Slot, line: deque[_Slot], device: Any) -> ProblemOutcome:
+        job, t0 = self.jobs[slot.index], time.perf_counter()
+        name = job.problem.name
+        try:
+            if slot.info is None:
+                slot.info = self._start(slot, "start")
+            if self.warm_ahead:                       # its CUDA context: after this set-up
+                nxt = next((s for s in line if s.info is None), None)
+                if nxt is not None:
+                    nxt.handle.warm()
+            guard = self.guard_for(slot.info)
+            slot.steps.update(build_wait=0.0, verdicts=0.0)
+            results = [self._judge(name, c, slot, guard, line, device) for c in job.candidates]
+            return ProblemOutcome(name, results, dict(slot.info), device,
+                                  wall_s=time.perf_counter() - t0, steps_s=slot.steps)
+        except EvokernelError as e:                   # the problem cannot be set up
+            return ProblemOutcome(name, [], {}, device, error=str(e), steps_s=slot.steps)
+        except Exception as e:  # noqa: BLE001 -- one problem's bug must not stop the set
+            logger.exception("problem set: {} failed", name)
+            return ProblemOutcome(name, [], {}, device, error=f"{type(e).__name__}: {e}",
+                                  steps_s=slot.steps)
+
+    def _set_up_one_ahead(self, current: _Slot, line: deque[_Slot], device: Any) -> bool:
+        """Set up the next problem of ``line`` not yet set up, while ``current`` waits for a build
+        and the GPU times nothing; at most ``setup_ahead`` at once, and only while
+        MIN_FREE_FOR_AHEAD of the GPU's memory is free. A set-up that fails here (memory taken
+        by the others, say) is done again at its turn, alone. Returns whether one was set up."""
+        if sum(s.info is not None for s in line) >= self.setup_ahead:
+            return False
+        slot = next((s for s in line if s.info is None and not s.retry), None)
+        if slot is None and self._take(line, device):
+            slot = line[-1]
+        free = self.free_memory(current.info or {})
+        if slot is None or free is None or free < MIN_FREE_FOR_AHEAD:
+            return False
+        try:
+            slot.info = self._start(slot, "start_ahead")
+        except EvokernelError as e:
+            logger.debug("problem set: {} not set up ahead ({}); again at its turn",
+                         self.jobs[slot.index].problem.name, e)
+            slot.handle.close()
+            slot.handle, slot.retry = self.make_handle(self.jobs[slot.index].problem, device), True
+            slot.handle.prepare()
+            return False
+        if all(s.info is not None for s in line):    # the next one spawned, as for the current
+            self._take(line, device)
+        return True
+
+    def _judge(self, name: str, cand: Candidate, slot: _Slot, guard: Any, line: deque[_Slot],
+               device: Any) -> EvalResult:
         """One candidate: its build's failure, or its verdict on this problem's worker (the
-        seconds spent waiting for the build and judging added to ``steps``)."""
-        build = self.builds[cand.id]
+        seconds spent waiting for the build and judging added to the slot's steps). While its
+        build runs, the next problems are set up (``_set_up_one_ahead``)."""
+        build, steps, handle = self.builds[cand.id], slot.steps, slot.handle
         if isinstance(build, EvalResult):
             r = dataclasses.replace(build)
         else:
             t0 = time.perf_counter()
+            while self.setup_ahead > 0 and not build.done() \
+                    and self._set_up_one_ahead(slot, line, device):
+                pass
             try:
                 b = build.result()
             except Exception as e:  # noqa: BLE001 -- a builder bug must not lose the candidate
@@ -180,7 +249,7 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                          devices: Sequence[int] | None = None, log_dir: Path | None = None,
                          on_result: OnProblemResult | None = None,
                          entry: str = "evokernel.engine.worker",
-                         warm_ahead: bool = False) -> list[ProblemOutcome]:
+                         warm_ahead: bool = False, setup_ahead: int = 4) -> list[ProblemOutcome]:
     """Build every candidate of every problem up front, then gate and time each problem's
     candidates on this host's GPUs, one problem per GPU at a time (see the module docstring).
 
@@ -194,6 +263,10 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
         warm_ahead: the next problem's worker also makes its CUDA context and loads the
             profiler while the current problem is timed (WorkerHandle.prepare(warm=True));
             off until the bench's suite phase (mode together_warm) shows that harmless.
+        setup_ahead: at most this many later problems set up while the current one waits for
+            a build (the GPU timing nothing), each in its own worker that then waits with its
+            CUDA context and truths until its turn; only while half the GPU's memory is free
+            (MIN_FREE_FOR_AHEAD, NVML). 0: each problem is set up at its turn.
     Returns: one ProblemOutcome per job, in the jobs' order; a problem that cannot be set up
         has ``error`` set and no results. Never raises for a bad candidate or problem.
     Raises: NoGPUError when no CUDA GPU is visible; SandboxError as the local engine.
@@ -228,4 +301,7 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                  sandbox=containment) as builder:
         return ProblemSetRun(jobs, config, devices=devices, arch=arch, builder=builder,
                              make_handle=make_handle, guard_for=guard_for,
-                             on_result=on_result, warm_ahead=warm_ahead).run()
+                             on_result=on_result, warm_ahead=warm_ahead,
+                             setup_ahead=setup_ahead,
+                             free_memory=lambda info: free_memory_fraction(info.get("uuid", ""))
+                             ).run()

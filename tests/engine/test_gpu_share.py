@@ -201,3 +201,19 @@ def test_show_and_report_say_what_sharing_did(tmp_path):
     assert "1 marked as measured on a shared GPU (other processes on the GPU (pid 9))" in text
     quiet = types.SimpleNamespace(device={}, entries=[types.SimpleNamespace(result=ok)])
     assert sharing_text(quiet) is None
+
+
+def test_free_memory_is_unknown_without_the_gpu(monkeypatch):
+    import types
+
+    from evokernel.engine.gpu_share import free_memory_fraction
+    assert free_memory_fraction("no-such-gpu") is None        # no GPU here, or not that one
+
+    class Info:
+        free, total = 30, 120
+    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByUUID=lambda n: n,
+                                 nvmlDeviceGetMemoryInfo=lambda h: Info)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert free_memory_fraction("abc") == 0.25
+    Info.total = 0
+    assert free_memory_fraction("abc") is None

@@ -69,6 +69,9 @@ class FakeHandle:
         self.log.add("start", self.name, self.device)
         if self.name == "broken":
             raise ProblemError("broken.py: the GPU worker could not set up the problem")
+        if self.name == "flaky" and not any(e[:2] == ("start", "flaky") for e in
+                                            self.log.events[:-1]):     # out of memory, once
+            raise ProblemError("flaky.py: CUDA out of memory")
         return {"device": "fake", "reference_ms": 1.0, "problem": self.name}
 
     def evaluate(self, c, timeout_s):
@@ -81,13 +84,31 @@ class FakeHandle:
         self.log.add("close", self.name, self.device)
 
 
-def fake_run(tmp_path, jobs, devices=(0,), warm_ahead=False):
+class SlowBuilder(FakeBuilder):
+    """Builds of the first problem's candidates end after ``delay_s``; the others at once."""
+
+    def __init__(self, log, slow: str, delay_s: float):
+        super().__init__(log)
+        self.slow, self.delay_s = slow, delay_s
+
+    def submit(self, c):
+        f = super().submit(c)
+        if not c.idea.startswith(self.slow + "-"):
+            return f
+        late = Future()
+        threading.Timer(self.delay_s, lambda: late.set_result(f.result())).start()
+        return late
+
+
+def fake_run(tmp_path, jobs, devices=(0,), warm_ahead=False, setup_ahead=0, free=1.0,
+             builder=None):
     log = Log()
     guard = types.SimpleNamespace(run=lambda f: f())
     run = ProblemSetRun(jobs, EvalConfig(), devices=devices, arch="9.0",
-                        builder=FakeBuilder(log),
+                        builder=(builder or FakeBuilder)(log),
                         make_handle=lambda p, d: FakeHandle(log, p, d),
-                        guard_for=lambda info: guard, warm_ahead=warm_ahead)
+                        guard_for=lambda info: guard, warm_ahead=warm_ahead,
+                        setup_ahead=setup_ahead, free_memory=lambda info: free)
     return run.run(), log.events
 
 
@@ -172,3 +193,43 @@ def test_real_builds_and_the_fake_worker(tmp_path, monkeypatch):
                 [(verdict(c).reason, verdict(c).candidate_ms) for c in j.candidates]
     assert outcomes[2].results[1].reason is Reason.WRONG_FUNCTION
     assert sorted(seen) == ["a", "a", "c", "c"]
+
+
+def slow_a(log):
+    return SlowBuilder(log, "a", 1.0)
+
+
+def test_while_a_build_runs_the_next_problems_are_set_up_at_most_setup_ahead(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abcde"]
+    outcomes, events = fake_run(tmp_path, jobs, setup_ahead=2, builder=slow_a)
+    first_verdict = events.index(("evaluate", "a", jobs[0].candidates[0].id, 0))
+    started_before = [e[1] for e in events[:first_verdict] if e[0] == "start"]
+    assert started_before == ["a", "b", "c"]           # two ahead while a's build ran, no more
+    assert all(o.error is None and o.results[0].accepted for o in outcomes)
+    assert [o.problem for o in outcomes] == list("abcde")
+    assert "start_ahead" in outcomes[1].steps_s and "start" not in outcomes[1].steps_s
+    assert "start" in outcomes[3].steps_s               # d: at its turn
+    assert outcomes[0].steps_s["build_wait"] >= 0.5
+    for n in "abcde":                                    # every worker closed, once
+        assert events.count(("close", n, 0)) == 1
+
+
+def test_nothing_is_set_up_ahead_without_free_memory_or_when_asked_not_to(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abc"]
+    for kw in ({"setup_ahead": 2, "free": 0.4}, {"setup_ahead": 2, "free": None},
+               {"setup_ahead": 0}):
+        _, events = fake_run(tmp_path, jobs, builder=slow_a, **kw)
+        first_verdict = events.index(("evaluate", "a", jobs[0].candidates[0].id, 0))
+        assert [e[1] for e in events[:first_verdict] if e[0] == "start"] == ["a"], kw
+
+
+def test_a_set_up_that_fails_ahead_is_done_again_at_its_turn(tmp_path):
+    jobs = [job(tmp_path, "a", "1"), job(tmp_path, "flaky", "1"), job(tmp_path, "broken", "1"),
+            job(tmp_path, "d", "1")]
+    outcomes, events = fake_run(tmp_path, jobs, setup_ahead=3, builder=slow_a)
+    assert events.count(("start", "flaky", 0)) == 2     # ahead (out of memory), then its turn
+    assert outcomes[1].error is None and outcomes[1].results[0].accepted
+    assert "could not set up" in outcomes[2].error      # a real failure stays one
+    assert outcomes[3].error is None
+    for n in ("a", "flaky", "broken", "d"):
+        assert ("close", n, 0) in events
