@@ -280,8 +280,8 @@ while next_stage; do
               if [ -n "${OUT:-}" ]; then tar czf "$OUT/frontier.tgz" $packed; fi ;;
     frontier-bench)  # do_bench of each frontier run's best kernel, then issue 21's table
               runs=""
-              [ -n "${FRONTIER_PROBLEMS:-}" ] && [ -n "${FRONTIER_ROOT:-}" ] \
-                || echo "frontier-bench: set FRONTIER_ROOT and FRONTIER_PROBLEMS (the frontier stage's runs)"
+              [ -n "${FRONTIER_BENCH_PROBLEMS:-${FRONTIER_PROBLEMS:-}}" ] && [ -n "${FRONTIER_ROOT:-}" ] \
+                || echo "frontier-bench: set FRONTIER_ROOT and FRONTIER_PROBLEMS or FRONTIER_BENCH_PROBLEMS (the runs to time)"
               for p in ${FRONTIER_BENCH_PROBLEMS:-${FRONTIER_PROBLEMS:-}}; do run="$FRONTIER_ROOT/$p"
                 if [ ! -f "$run/run.sqlite" ]; then echo "frontier-bench: $run: no run there, left out"; continue; fi
                 runs="$runs $run"; rm -f "$run/do_bench.json"   # never a timing of an older best

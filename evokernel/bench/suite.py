@@ -91,7 +91,7 @@ class ModeRun:
     not be made) and ``setups``: each problem's set-up steps in seconds, as its GPU worker
     timed them (``info["setup_steps_s"]``, evokernel.engine.session.SetupClock; {} when the
     worker did not say); ``loops``: each problem's seconds on its GPU by step, as the driver
-    timed them ("start": spawn and set-up, "build_wait", "verdicts", "close";
+    timed them ("start" or "start_ahead", "ahead", "build_wait", "verdicts", "close";
     evokernel.engine.problem_set.ProblemOutcome.steps_s)."""
 
     results: dict[str, list[EvalResult]]

@@ -16,8 +16,9 @@ timing) runs only while its GPU times nothing: timing a reference beside another
 candidates would measure both wrong. That is at its turn, or earlier, while the problem before
 it waits for a build: on the H200 the GPU waited ~40 s for the first builds of a 24-problem set
 while one set-up took ~6.5 s (same file). A worker set up ahead then waits, idle, with its CUDA
-context and its truths in GPU memory, until its turn; an idle context takes no GPU time, and
-set-ups ahead stop while less than half the GPU's memory is free (MIN_FREE_FOR_AHEAD).
+context and its truths in GPU memory, until its turn; an idle context takes no GPU time, and a
+problem is kept set up ahead only if half the GPU's memory is still free after its set-up
+(MIN_FREE_FOR_AHEAD); one that fails or is let go is set up at its turn, alone.
 
 Isolation is the local engine's: each problem has its own contained worker process
 (evokernel.engine.handle), so a hang, crash or CUDA fault costs one candidate and the worker is
@@ -56,10 +57,12 @@ class ProblemJob:
 class ProblemOutcome:
     """What one problem gave: ``results`` in its candidates' order (empty when ``error``, the
     set-up failure, is set), the worker's ``info`` (device, reference_ms, floors), the GPU
-    index it ran on, its wall seconds from set-up to its last verdict, and where that GPU's
-    time went, in seconds (``steps_s``): "start" (the worker's spawn, where not done ahead,
-    and its set-up), "build_wait" (waiting for its candidates' builds), "verdicts" (gating and
-    timing them), "close" (ending the worker, before the GPU's next problem)."""
+    index it ran on, its wall seconds from its turn to its last verdict (a set-up made ahead
+    is not in it), and where its GPU's time went, in seconds (``steps_s``): "start" (set-up at
+    its turn, with the worker's spawn where not done ahead) or "start_ahead" (set-up while an
+    earlier problem waited for a build), "ahead" (setting up later problems while this one
+    waited), "build_wait" (the rest of that wait), "verdicts" (gating and timing), "close"
+    (ending its worker)."""
 
     problem: str
     results: list[EvalResult]
@@ -74,9 +77,14 @@ class ProblemOutcome:
 OnProblemResult = Callable[[str, EvalResult], None]
 
 
-#: Problems are set up ahead only while at least this fraction of the GPU's memory is free
-#: (NVML), so that the workers waiting with their truths never starve the candidate being timed.
+#: A problem is kept set up ahead only if, once it is, at least this fraction of the GPU's memory
+#: is still free (NVML), so that the workers waiting with their truths leave the candidate being
+#: timed (or a respawned worker) at least half the GPU.
 MIN_FREE_FOR_AHEAD = 0.5
+
+#: Verdicts after which the problem's worker was killed: its process may linger on the GPU for a
+#: moment (evokernel.engine.gpu_share), so no later problem is set up ahead beside it.
+_KILLED = frozenset({Reason.TIMEOUT, Reason.WORKER_CRASH, Reason.CUDA_FAULT})
 
 
 @dataclasses.dataclass
@@ -87,7 +95,8 @@ class _Slot:
     handle: Any
     info: dict[str, Any] | None = None
     steps: dict[str, float] = dataclasses.field(default_factory=dict)
-    retry: bool = False          # its set-up ahead failed: it is set up again at its turn
+    retry: bool = False          # not kept set up ahead: set up at its turn, alone
+    killed: bool = False         # one of its candidates got its worker killed
 
 
 class ProblemSetRun:
@@ -122,11 +131,14 @@ class ProblemSetRun:
             t.start()
         for t in threads:
             t.join()
-        return [o for o in self.outcomes if o is not None]
+        return [o if o is not None else ProblemOutcome(                # one per job, always
+                    j.problem.name, [], {}, None, error="not evaluated: its GPU's loop failed "
+                    "(see the log)") for j, o in zip(self.jobs, self.outcomes)]
 
     def _take(self, line: deque[_Slot], device: Any) -> bool:
         """One more problem from the queue into ``line``, its worker spawned (CPU only: its
-        interpreter, torch and set-up modules; no CUDA context). False when the queue is empty."""
+        interpreter, torch and set-up modules; no CUDA context). False when the queue is empty.
+        Raises: what spawning raises (OSError); the problem is then in ``line``, unspawned."""
         try:
             k = self.todo.get_nowait()
         except queue.Empty:
@@ -137,23 +149,45 @@ class ProblemSetRun:
 
     def _gpu_loop(self, device: Any) -> None:
         """Problems from the queue, one at a time on ``device``: the next one's worker spawned
-        as the current one's set-up begins; while the current one waits for a build (the GPU
-        idle), the next ones set up (``setup_ahead``)."""
+        as the current one's set-up begins (after it, for the GPU's first problem, whose
+        set-up saves the measured peaks the next workers are given); while the current one
+        waits for a build (the GPU idle), later ones set up (``setup_ahead``)."""
         line: deque[_Slot] = deque()
+        slot: _Slot | None = None
+        first = True
         try:
-            self._take(line, device)
+            self._spare(line, device)
             while line:
                 slot = line.popleft()
-                if not line:
-                    self._take(line, device)
-                out = self._one_problem(slot, line, device)
+                try:
+                    if not line and not first:
+                        self._spare(line, device)
+                    out = self._one_problem(slot, line, device,
+                                            after_start=lambda: self._spare(line, device)
+                                            if not line else None)
+                except Exception as e:  # noqa: BLE001 -- one problem's bug must not stop the set
+                    logger.exception("problem set: {} failed", self.jobs[slot.index].problem.name)
+                    out = ProblemOutcome(self.jobs[slot.index].problem.name, [], {}, device,
+                                         error=f"{type(e).__name__}: {e}", steps_s=slot.steps)
+                self.outcomes[slot.index] = out
+                first = False
                 t_close = time.perf_counter()
                 slot.handle.close()
                 out.steps_s["close"] = time.perf_counter() - t_close
-                self.outcomes[slot.index] = out
+                slot = None
+        except Exception:  # noqa: BLE001 -- the problems not done get run()'s error outcome
+            logger.exception("problem set: the loop of GPU {} failed", device)
         finally:
-            for slot in line:           # only if the loop itself failed: no worker left behind
-                slot.handle.close()
+            for s in ([slot] if slot is not None else []) + list(line):   # no worker left behind
+                s.handle.close()
+
+    def _spare(self, line: deque[_Slot], device: Any) -> None:
+        """``_take`` one more, a spawn that fails leaving it to be spawned at its turn."""
+        try:
+            self._take(line, device)
+        except Exception as e:  # noqa: BLE001 -- start() spawns it again, or says why not
+            logger.warning("problem set: a worker could not be started ahead ({}: {})",
+                           type(e).__name__, e)
 
     def _start(self, slot: _Slot, step: str) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -162,59 +196,67 @@ class ProblemSetRun:
         finally:
             slot.steps[step] = time.perf_counter() - t0
 
-    def _one_problem(self, slot: _Slot, line: deque[_Slot], device: Any) -> ProblemOutcome:
+    def _one_problem(self, slot: _Slot, line: deque[_Slot], device: Any,
+                     after_start: Callable[[], Any]) -> ProblemOutcome:
         job, t0 = self.jobs[slot.index], time.perf_counter()
         name = job.problem.name
         try:
             if slot.info is None:
                 slot.info = self._start(slot, "start")
-            if self.warm_ahead:                       # its CUDA context: after this set-up
-                nxt = next((s for s in line if s.info is None), None)
-                if nxt is not None:
-                    nxt.handle.warm()
-            guard = self.guard_for(slot.info)
-            slot.steps.update(build_wait=0.0, verdicts=0.0)
-            results = [self._judge(name, c, slot, guard, line, device) for c in job.candidates]
-            return ProblemOutcome(name, results, dict(slot.info), device,
-                                  wall_s=time.perf_counter() - t0, steps_s=slot.steps)
         except EvokernelError as e:                   # the problem cannot be set up
+            after_start()
             return ProblemOutcome(name, [], {}, device, error=str(e), steps_s=slot.steps)
-        except Exception as e:  # noqa: BLE001 -- one problem's bug must not stop the set
-            logger.exception("problem set: {} failed", name)
-            return ProblemOutcome(name, [], {}, device, error=f"{type(e).__name__}: {e}",
-                                  steps_s=slot.steps)
+        after_start()
+        if self.warm_ahead:                           # its CUDA context: after this set-up
+            nxt = next((s for s in line if s.info is None), None)
+            if nxt is not None:
+                nxt.handle.warm()
+        guard = self.guard_for(slot.info)
+        slot.steps.update(build_wait=0.0, ahead=0.0, verdicts=0.0)
+        results = [self._judge(name, c, slot, guard, line, device) for c in job.candidates]
+        return ProblemOutcome(name, results, dict(slot.info), device,
+                              wall_s=time.perf_counter() - t0, steps_s=slot.steps)
 
     def _set_up_one_ahead(self, current: _Slot, line: deque[_Slot], device: Any) -> bool:
-        """Set up the next problem of ``line`` not yet set up, while ``current`` waits for a build
-        and the GPU times nothing; at most ``setup_ahead`` at once, and only while
-        MIN_FREE_FOR_AHEAD of the GPU's memory is free. A set-up that fails here (memory taken
-        by the others, say) is done again at its turn, alone. Returns whether one was set up."""
-        if sum(s.info is not None for s in line) >= self.setup_ahead:
+        """Set up the first problem of ``line`` not yet set up, while ``current`` waits for a
+        build and the GPU times nothing: at most ``setup_ahead`` at once, never past a problem
+        that is to be set up alone (``retry``), never after one of ``current``'s workers was
+        killed, and kept only if MIN_FREE_FOR_AHEAD of the GPU's memory is still free after it.
+        With several GPUs only problems this GPU already took are set up (taking more would
+        keep them from an idle GPU). A set-up that fails here is done again at its turn.
+        Returns whether one was set up."""
+        if current.killed or sum(s.info is not None for s in line) >= self.setup_ahead:
             return False
-        slot = next((s for s in line if s.info is None and not s.retry), None)
-        if slot is None and self._take(line, device):
-            slot = line[-1]
+        slot = next((s for s in line if s.info is None), None)
+        if slot is None and len(self.devices) == 1 and len(line) <= self.setup_ahead:
+            self._spare(line, device)
+            slot = next((s for s in line if s.info is None), None)
+        if slot is None or slot.retry:
+            return False
         free = self.free_memory(current.info or {})
-        if slot is None or free is None or free < MIN_FREE_FOR_AHEAD:
+        if free is None or free < MIN_FREE_FOR_AHEAD:
             return False
         try:
             slot.info = self._start(slot, "start_ahead")
-        except EvokernelError as e:
-            logger.debug("problem set: {} not set up ahead ({}); again at its turn",
-                         self.jobs[slot.index].problem.name, e)
+            free = self.free_memory(current.info or {})
+            if free is None or free < MIN_FREE_FOR_AHEAD:
+                raise MemoryError(f"{free} of the GPU's memory free once set up")
+        except Exception as e:  # noqa: BLE001 -- this problem's turn will say what is wrong
+            logger.debug("problem set: {} not kept set up ahead ({}: {}); set up at its turn",
+                         self.jobs[slot.index].problem.name, type(e).__name__, e)
+            slot.info, slot.retry = None, True
+            slot.steps.pop("start_ahead", None)
             slot.handle.close()
-            slot.handle, slot.retry = self.make_handle(self.jobs[slot.index].problem, device), True
-            slot.handle.prepare()
+            slot.handle = self.make_handle(self.jobs[slot.index].problem, device)
             return False
-        if all(s.info is not None for s in line):    # the next one spawned, as for the current
-            self._take(line, device)
         return True
 
     def _judge(self, name: str, cand: Candidate, slot: _Slot, guard: Any, line: deque[_Slot],
                device: Any) -> EvalResult:
-        """One candidate: its build's failure, or its verdict on this problem's worker (the
-        seconds spent waiting for the build and judging added to the slot's steps). While its
-        build runs, the next problems are set up (``_set_up_one_ahead``)."""
+        """One candidate: its build's failure, or its verdict on this problem's worker. While
+        its build runs, later problems are set up (``_set_up_one_ahead``). Adds to the slot's
+        steps: "ahead" (setting up later problems), "build_wait" (the rest of the wait for the
+        build), "verdicts" (gating and timing)."""
         build, steps, handle = self.builds[cand.id], slot.steps, slot.handle
         if isinstance(build, EvalResult):
             r = dataclasses.replace(build)
@@ -223,13 +265,15 @@ class ProblemSetRun:
             while self.setup_ahead > 0 and not build.done() \
                     and self._set_up_one_ahead(slot, line, device):
                 pass
+            t_ahead = time.perf_counter()
+            steps["ahead"] += t_ahead - t0
             try:
                 b = build.result()
             except Exception as e:  # noqa: BLE001 -- a builder bug must not lose the candidate
                 b = None
                 r = EvalResult.failure(cand.id, Reason.BUILD_ERROR, f"builder error: {e}")
             t1 = time.perf_counter()
-            steps["build_wait"] += t1 - t0
+            steps["build_wait"] += t1 - t_ahead
             if b is not None and not b.ok:
                 r = EvalResult.failure(cand.id, b.reason or Reason.BUILD_ERROR, "build failed"
                                        if b.reason is not Reason.BUILD_TIMEOUT else
@@ -240,6 +284,7 @@ class ProblemSetRun:
                 r = dataclasses.replace(v, build_s=b.build_s, flags=tuple(b.flags) + v.flags,
                                         resources=v.resources or b.resources)
                 steps["verdicts"] += time.perf_counter() - t1
+                slot.killed = slot.killed or r.reason in _KILLED
         if self.on_result is not None:
             self.on_result(name, r)
         return r
@@ -261,8 +306,9 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
         on_result: called with (problem name, EvalResult) as each verdict is ready.
         entry: the GPU worker module (tests substitute a fake one).
         warm_ahead: the next problem's worker also makes its CUDA context and loads the
-            profiler while the current problem is timed (WorkerHandle.prepare(warm=True));
-            off until the bench's suite phase (mode together_warm) shows that harmless.
+            profiler once the current problem is set up, while its candidates are timed
+            (WorkerHandle.warm); off until the bench's suite phase (mode together_warm) shows
+            that harmless.
         setup_ahead: at most this many later problems set up while the current one waits for
             a build (the GPU timing nothing), each in its own worker that then waits with its
             CUDA context and truths until its turn; only while half the GPU's memory is free

@@ -69,7 +69,10 @@ def preload() -> None:
 
 def main(argv: list[str]) -> int:
     exit_when_orphaned(int(argv[1]))   # a driver killed mid-candidate takes this worker along
-    preload()
+    try:
+        preload()
+    except Exception:  # noqa: BLE001 -- the set-up imports them again and reports the error
+        print("preloading the set-up's modules failed:\n" + traceback.format_exc(), flush=True)
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
     session: Session | None = None

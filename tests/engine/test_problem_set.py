@@ -59,6 +59,8 @@ class FakeHandle:
 
     def prepare(self, warm=False):
         self.log.add("prepare", self.name, self.device)
+        if self.name == "nospawn" and self.log.events.count(("prepare", "nospawn", 0)) == 1:
+            raise OSError(24, "Too many open files")
         if warm:
             self.warm()
 
@@ -72,11 +74,15 @@ class FakeHandle:
         if self.name == "flaky" and not any(e[:2] == ("start", "flaky") for e in
                                             self.log.events[:-1]):     # out of memory, once
             raise ProblemError("flaky.py: CUDA out of memory")
+        if self.name == "pipe" and self.log.events.count(("start", "pipe", 0)) == 1:
+            raise BrokenPipeError(32, "Broken pipe")
         return {"device": "fake", "reference_ms": 1.0, "problem": self.name}
 
     def evaluate(self, c, timeout_s):
         self.log.add("evaluate", self.name, c.id, self.device)
         time.sleep(0.05)                               # long enough for the other GPU's thread
+        if "hang" in c.idea:
+            return EvalResult.failure(c.id, Reason.TIMEOUT, "killed after its timeout")
         return EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
                           reference_ms=1.0, candidate_ms=0.5)
 
@@ -108,7 +114,8 @@ def fake_run(tmp_path, jobs, devices=(0,), warm_ahead=False, setup_ahead=0, free
                         builder=(builder or FakeBuilder)(log),
                         make_handle=lambda p, d: FakeHandle(log, p, d),
                         guard_for=lambda info: guard, warm_ahead=warm_ahead,
-                        setup_ahead=setup_ahead, free_memory=lambda info: free)
+                        setup_ahead=setup_ahead,
+                        free_memory=free if callable(free) else lambda info: free)
     return run.run(), log.events
 
 
@@ -118,15 +125,17 @@ def test_builds_go_up_front_and_the_next_worker_is_ready_before_the_current_clos
     kinds = [e[0] for e in events]
     assert kinds[:5] == ["build"] * 5                   # all five, before any set-up
     assert "build" not in kinds[5:]
-    for current, following in (("a", "b"), ("b", "c")):
-        # spawned as the current set-up begins: its imports take longer than one verdict
-        assert events.index(("prepare", following, 0)) < events.index(("start", current, 0))
+    # the first problem's next worker is spawned once its set-up saved the peaks...
+    assert events.index(("start", "a", 0)) < events.index(("prepare", "b", 0)) \
+        < events.index(("close", "a", 0))
+    # ...later ones as the current set-up begins: their imports take longer than a verdict
+    assert events.index(("prepare", "c", 0)) < events.index(("start", "b", 0))
     assert [o.problem for o in outcomes] == ["a", "b", "c"]
     assert [[r.candidate_id for r in o.results] for o in outcomes] == \
         [[c.id for c in j.candidates] for j in jobs]
     assert all(r.accepted and r.build_s == 1.0 for o in outcomes for r in o.results)
     for o in outcomes:                                  # where each problem's GPU time went
-        assert set(o.steps_s) == {"start", "build_wait", "verdicts", "close"}
+        assert set(o.steps_s) == {"start", "ahead", "build_wait", "verdicts", "close"}
         assert o.steps_s["verdicts"] >= 0.05 * len(o.results)      # the fake's 50 ms each
 
 
@@ -228,8 +237,68 @@ def test_a_set_up_that_fails_ahead_is_done_again_at_its_turn(tmp_path):
             job(tmp_path, "d", "1")]
     outcomes, events = fake_run(tmp_path, jobs, setup_ahead=3, builder=slow_a)
     assert events.count(("start", "flaky", 0)) == 2     # ahead (out of memory), then its turn
+    second = [i for i, e in enumerate(events) if e == ("start", "flaky", 0)][1]
+    assert ("start", "broken", 0) not in events[:second]   # alone: nothing set up past it
     assert outcomes[1].error is None and outcomes[1].results[0].accepted
     assert "could not set up" in outcomes[2].error      # a real failure stays one
     assert outcomes[3].error is None
     for n in ("a", "flaky", "broken", "d"):
         assert ("close", n, 0) in events
+
+
+def test_a_later_problems_spawn_or_pipe_failing_costs_the_current_problem_nothing(tmp_path):
+    for bad in ("pipe", "nospawn"):
+        jobs = [job(tmp_path, "a", "1", "2"), job(tmp_path, bad, "1"), job(tmp_path, "c", "1")]
+        outcomes, events = fake_run(tmp_path, jobs, setup_ahead=2, builder=slow_a)
+        assert [o.problem for o in outcomes] == ["a", bad, "c"]
+        assert all(o.error is None and all(r.accepted for r in o.results) for o in outcomes), bad
+        assert len(outcomes[0].results) == 2
+        for n in ("a", bad, "c"):
+            assert ("close", n, 0) in events
+
+
+def test_a_problem_set_up_ahead_is_let_go_if_it_leaves_too_little_memory(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abc"]
+    reads = iter([0.9, 0.3] + [0.9] * 50)                # b's set-up takes too much
+    outcomes, events = fake_run(tmp_path, jobs, setup_ahead=2, builder=slow_a,
+                                free=lambda info: next(reads))
+    first_verdict = events.index(("evaluate", "a", jobs[0].candidates[0].id, 0))
+    assert [e[1] for e in events[:first_verdict] if e[0] == "start"] == ["a", "b"]
+    assert events.count(("start", "b", 0)) == 2 and "start" in outcomes[1].steps_s
+    assert all(o.error is None for o in outcomes)
+
+
+def test_no_set_up_ahead_after_a_worker_was_killed(tmp_path):
+    jobs = [job(tmp_path, "a", "hang", "1"), job(tmp_path, "b", "1"), job(tmp_path, "c", "1")]
+
+    def slow_second(log):
+        b = SlowBuilder(log, "a", 1.0)
+        first = jobs[0].candidates[0].id
+        submit = b.submit
+        b.submit = lambda c: FakeBuilder.submit(b, c) if c.id == first else submit(c)
+        return b
+    outcomes, events = fake_run(tmp_path, jobs, setup_ahead=2, builder=slow_second)
+    second_verdict = events.index(("evaluate", "a", jobs[0].candidates[1].id, 0))
+    assert [e[1] for e in events[:second_verdict] if e[0] == "start"] == ["a"]
+    assert outcomes[0].results[0].reason is Reason.TIMEOUT and outcomes[2].error is None
+
+
+def test_with_several_gpus_one_sets_up_only_what_it_took(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abcdef"]
+    outcomes, events = fake_run(tmp_path, jobs, devices=(0, 1), setup_ahead=4, builder=slow_a)
+    waiting = [o for o in outcomes if o.problem == "a"][0].device
+    first_verdict = events.index(("evaluate", "a", jobs[0].candidates[0].id, waiting))
+    ahead = [e[1] for e in events[:first_verdict] if e[0] == "start" and e[2] == waiting]
+    assert len(ahead) <= 2                               # a, and the one it had taken
+    assert [o.problem for o in outcomes] == list("abcdef") and all(o.error is None
+                                                                    for o in outcomes)
+
+
+def test_every_job_gets_an_outcome_even_if_a_gpus_loop_fails(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "ab"]
+    run = ProblemSetRun(jobs, EvalConfig(), devices=(0,), arch="9.0",
+                        builder=FakeBuilder(Log()), make_handle=lambda p, d: 1 / 0,
+                        guard_for=lambda info: None)
+    outcomes = run.run()
+    assert [o.problem for o in outcomes] == ["a", "b"]
+    assert all("not evaluated" in o.error for o in outcomes)
