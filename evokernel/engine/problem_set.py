@@ -137,15 +137,36 @@ class ProblemSetRun:
 
     def _take(self, line: deque[_Slot], device: Any) -> bool:
         """One more problem from the queue into ``line``, its worker spawned (CPU only: its
-        interpreter, torch and set-up modules; no CUDA context). False when the queue is empty.
-        Raises: what spawning raises (OSError); the problem is then in ``line``, unspawned."""
+        interpreter, torch and set-up modules; no CUDA context). A problem whose worker cannot
+        even be made gets its error outcome here and the next one is taken. False when the queue
+        is empty. Raises: what spawning raises (OSError); the problem is then in ``line``,
+        unspawned (``start`` spawns it at its turn)."""
+        while True:
+            try:
+                k = self.todo.get_nowait()
+            except queue.Empty:
+                return False
+            try:
+                handle = self.make_handle(self.jobs[k].problem, device)
+            except Exception as e:  # noqa: BLE001 -- this problem's row says why, the rest go on
+                logger.exception("problem set: no worker for {}", self.jobs[k].problem.name)
+                self.outcomes[k] = ProblemOutcome(
+                    self.jobs[k].problem.name, [], {}, device,
+                    error=f"its GPU worker could not be made: {type(e).__name__}: {e}")
+                continue
+            line.append(_Slot(k, handle))
+            handle.prepare()
+            return True
+
+    @staticmethod
+    def _close(handle: Any) -> None:
+        """Close a worker; a failure to is logged, never raised (the others must close too)."""
+        if handle is None:
+            return
         try:
-            k = self.todo.get_nowait()
-        except queue.Empty:
-            return False
-        line.append(_Slot(k, self.make_handle(self.jobs[k].problem, device)))
-        line[-1].handle.prepare()
-        return True
+            handle.close()
+        except Exception:  # noqa: BLE001
+            logger.exception("problem set: closing a GPU worker failed")
 
     def _gpu_loop(self, device: Any) -> None:
         """Problems from the queue, one at a time on ``device``: the next one's worker spawned
@@ -171,15 +192,14 @@ class ProblemSetRun:
                                          error=f"{type(e).__name__}: {e}", steps_s=slot.steps)
                 self.outcomes[slot.index] = out
                 first = False
-                t_close = time.perf_counter()
-                slot.handle.close()
+                t_close, handle, slot = time.perf_counter(), slot.handle, None
+                self._close(handle)
                 out.steps_s["close"] = time.perf_counter() - t_close
-                slot = None
         except Exception:  # noqa: BLE001 -- the problems not done get run()'s error outcome
             logger.exception("problem set: the loop of GPU {} failed", device)
         finally:
             for s in ([slot] if slot is not None else []) + list(line):   # no worker left behind
-                s.handle.close()
+                self._close(s.handle)
 
     def _spare(self, line: deque[_Slot], device: Any) -> None:
         """``_take`` one more, a spawn that fails leaving it to be spawned at its turn."""
@@ -201,12 +221,14 @@ class ProblemSetRun:
         job, t0 = self.jobs[slot.index], time.perf_counter()
         name = job.problem.name
         try:
+            if slot.handle is None:                   # its worker could not be remade ahead
+                slot.handle = self.make_handle(job.problem, device)
             if slot.info is None:
                 slot.info = self._start(slot, "start")
         except EvokernelError as e:                   # the problem cannot be set up
-            after_start()
             return ProblemOutcome(name, [], {}, device, error=str(e), steps_s=slot.steps)
-        after_start()
+        finally:
+            after_start()                             # whatever the set-up raised
         if self.warm_ahead:                           # its CUDA context: after this set-up
             nxt = next((s for s in line if s.info is None), None)
             if nxt is not None:
@@ -246,8 +268,11 @@ class ProblemSetRun:
                          self.jobs[slot.index].problem.name, type(e).__name__, e)
             slot.info, slot.retry = None, True
             slot.steps.pop("start_ahead", None)
-            slot.handle.close()
-            slot.handle = self.make_handle(self.jobs[slot.index].problem, device)
+            self._close(slot.handle)
+            try:
+                slot.handle = self.make_handle(self.jobs[slot.index].problem, device)
+            except Exception:  # noqa: BLE001 -- made again at its turn, which says what fails
+                slot.handle = None
             return False
         return True
 
@@ -346,8 +371,6 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                  workers=config.build_workers, trim_headers=config.trim_headers,
                  sandbox=containment) as builder:
         return ProblemSetRun(jobs, config, devices=devices, arch=arch, builder=builder,
-                             make_handle=make_handle, guard_for=guard_for,
-                             on_result=on_result, warm_ahead=warm_ahead,
-                             setup_ahead=setup_ahead,
-                             free_memory=lambda info: free_memory_fraction(info.get("uuid", ""))
-                             ).run()
+                             make_handle=make_handle, guard_for=guard_for, on_result=on_result,
+                             warm_ahead=warm_ahead, setup_ahead=setup_ahead, free_memory=lambda
+                             info: free_memory_fraction(info.get("uuid", ""))).run()

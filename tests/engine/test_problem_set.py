@@ -301,4 +301,41 @@ def test_every_job_gets_an_outcome_even_if_a_gpus_loop_fails(tmp_path):
                         guard_for=lambda info: None)
     outcomes = run.run()
     assert [o.problem for o in outcomes] == ["a", "b"]
-    assert all("not evaluated" in o.error for o in outcomes)
+    assert all("could not be made: ZeroDivisionError" in o.error for o in outcomes)
+
+
+class Raising(FakeHandle):
+    """start raises OSError for "pipe0" (always), close raises for "leaky"."""
+
+    def start(self):
+        if self.name == "pipe0":
+            self.log.add("start", self.name, self.device)
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().start()
+
+    def close(self):
+        super().close()
+        if self.name == "leaky":
+            raise OSError("cleanup failed")
+
+
+def test_a_first_problem_that_raises_or_a_close_that_fails_stops_nothing(tmp_path):
+    log = Log()
+    made = []
+
+    def make(p, d):
+        if p.name == "nomake":
+            raise OSError(24, "Too many open files")
+        made.append(p.name)
+        return Raising(log, p, d)
+    jobs = [job(tmp_path, n, "1") for n in ("pipe0", "leaky", "nomake", "d")]
+    run = ProblemSetRun(jobs, EvalConfig(), devices=(0,), arch="9.0", builder=FakeBuilder(log),
+                        make_handle=make, guard_for=lambda info: types.SimpleNamespace(
+                            run=lambda f: f()), setup_ahead=2, free_memory=lambda info: 0.9)
+    outcomes = run.run()
+    assert [o.problem for o in outcomes] == ["pipe0", "leaky", "nomake", "d"]
+    assert "BrokenPipeError" in outcomes[0].error
+    assert outcomes[1].error is None and outcomes[3].error is None
+    assert "could not be made: OSError" in outcomes[2].error
+    for n in made:                                       # every worker made, closed once
+        assert log.events.count(("close", n, 0)) == 1
