@@ -209,12 +209,17 @@ def test_inputs_mutated_by_timed_calls():
     assert r.reason is Reason.INPUT_MUTATION and "timed calls" in r.detail, r.detail
 
 
-def test_a_content_keyed_cache_is_caught_on_fresh_inputs_and_the_floor_still_holds():
+def test_a_content_keyed_cache_is_caught_on_fresh_inputs_and_the_floor_still_holds(monkeypatch):
     """A cache keyed on a sample of the contents passes the rotations of the timing sets (every
     rotated set is one it has seen); before the memory floor replaced the FLOP floor, only the
     floor caught it. The fresh input sets do now."""
     r = run(CONTENT_CACHE)
     assert r.reason is Reason.CACHED_OUTPUT and "input sets it had not" in r.detail, r.detail
+    # The floor alone: on a loaded 2-core CI machine the honest kernel's three one-trial fresh
+    # timings on the CPU once came out 33x its timed median (0.447 vs 0.0136 ms, no L2 flush
+    # or GPU here) and the fresh check fired first; its slack is widened for this half only.
+    from evokernel.engine import stages
+    monkeypatch.setattr(stages, "FRESH_SLACK_MS", 1e9)
     r = run(HONEST, floor_ms=1e6)
     assert r.reason is Reason.IMPOSSIBLE_SPEED and "memory floor" in r.detail, r.detail
 
