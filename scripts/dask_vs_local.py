@@ -177,7 +177,8 @@ def cold_phase(out: Path, address: str, work: Path, build_workers: int | None,
     return {"local": pooled["local"], "dask": pooled["dask"], "dask_over_local": round(ratio, 3),
             "local_from": local_from, "passed": ratio >= 0.9,
             "rounds": [{"first": st["first"], "local_per_min": st["local"]["per_min"],
-                        "dask_per_min": st["dask"]["per_min"]} for st in per_round],
+                        "dask_per_min": st["dask"]["per_min"], "local": st["local"],
+                        "dask": st["dask"]} for st in per_round],
             "throughput": [list(t) for t in plan.throughput]}
 
 

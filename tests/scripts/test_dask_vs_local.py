@@ -147,4 +147,5 @@ def test_cold_rounds_alternate_the_order_and_pool_the_ratio(dvl, tmp_path, monke
     assert [r["first"] for r in rep["rounds"]] == ["local", "dask"]
     assert rep["local"]["candidates"] == 8 and rep["local"]["evaluate_s"] == 150.0
     assert rep["throughput"] == [["layernorm", 3], ["matmul", 1]]
+    assert rep["rounds"][1]["dask"]["evaluate_s"] == 60.0     # each round whole, notes and all
     assert "dask first: 2.67, 4.00" in dvl.markdown({"date": "d", "cold": rep})
