@@ -176,20 +176,19 @@ def cold_phase(out: Path, address: str, work: Path, build_workers: int | None,
     ratio = pooled["dask"]["per_min"] / pooled["local"]["per_min"]
     return {"local": pooled["local"], "dask": pooled["dask"], "dask_over_local": round(ratio, 3),
             "local_from": local_from, "passed": ratio >= 0.9,
-            "rounds": [{"first": st["first"], "local_per_min": st["local"]["per_min"],
-                        "dask_per_min": st["dask"]["per_min"], "local": st["local"],
-                        "dask": st["dask"]} for st in per_round],
+            "rounds": per_round,
             "throughput": [list(t) for t in plan.throughput]}
 
 
 def pool(stats: list[dict]) -> dict:
     """One engine's cold phases of several rounds as one: candidates, accepted, evaluate and
-    set-up seconds summed; per_min = 60 * candidates / evaluate seconds (as the bench's)."""
+    set-up seconds summed; per_min over the summed evaluate seconds, as the bench's."""
+    from evokernel.bench.throughput import per_minute
     if len(stats) == 1:
         return stats[0]
     out = {k: sum(s[k] for s in stats) for k in ("candidates", "accepted", "evaluate_s",
                                                  "setup_s")}
-    out["per_min"] = 60.0 * out["candidates"] / out["evaluate_s"] if out["evaluate_s"] else 0.0
+    out["per_min"] = per_minute(out["candidates"], out["evaluate_s"])
     return out
 
 
@@ -212,7 +211,7 @@ def markdown(rep: dict) -> str:
                          f"{s['evaluate_s']:.1f} | {s['per_min']:.2f} | {s['setup_s']:.1f} |")
         if len(c.get("rounds", [])) > 1:
             lines += ["", "rounds (each from an empty cache; per min local, dask): " + "; ".join(
-                f"{x['first']} first: {x['local_per_min']:.2f}, {x['dask_per_min']:.2f}"
+                f"{x['first']} first: {x['local']['per_min']:.2f}, {x['dask']['per_min']:.2f}"
                 for x in c["rounds"])]
         lines += ["", f"local from: {c.get('local_from', 'this run')}",
                   f"dask / local: {c['dask_over_local']} (>= 0.9: "

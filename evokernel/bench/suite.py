@@ -136,7 +136,7 @@ def together(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps,
     outcomes = list(deps.evaluate_set(jobs, config, warm_ahead=warm_ahead))
     return ModeRun({o.problem: list(o.results) for o in outcomes},
                    {o.problem: _steps(o.info) for o in outcomes if not o.error},
-                   {o.problem: dict(getattr(o, "steps_s", None) or {}) for o in outcomes})
+                   {o.problem: dict(o.steps_s) for o in outcomes})
 
 
 def together_warm(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps) -> ModeRun:

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from loguru import logger
 
@@ -114,6 +114,15 @@ def _own_retired() -> set[int]:
         return set(_retired)
 
 
+def _nvml_device(uuid: str) -> tuple[Any, Any]:
+    """pynvml (initialised) and the handle of the GPU with ``uuid`` (torch's device uuid, with or
+    without the "GPU-" prefix). Raises: whatever pynvml raises (missing, refused, unknown)."""
+    import pynvml
+    pynvml.nvmlInit()
+    name = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    return pynvml, pynvml.nvmlDeviceGetHandleByUUID(name)
+
+
 class NvmlProcesses:
     """The processes NVML sees on the GPU with ``uuid`` (torch's device uuid, with or without
     the "GPU-" prefix), less this process's own tree. Without NVML, ``others()`` is always ()
@@ -123,11 +132,7 @@ class NvmlProcesses:
         self.root_pid = os.getpid() if root_pid is None else root_pid
         self._nvml = self._handle = None
         try:
-            import pynvml
-            pynvml.nvmlInit()
-            name = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-            self._handle = pynvml.nvmlDeviceGetHandleByUUID(name)
-            self._nvml = pynvml
+            self._nvml, self._handle = _nvml_device(uuid)
         except Exception as e:  # noqa: BLE001 -- missing, refused, or an unknown uuid
             if not _warned.is_set():
                 _warned.set()
@@ -151,10 +156,8 @@ def free_memory_fraction(uuid: str) -> float | None:
     free now, from NVML (nvmlDeviceGetMemoryInfo); None when NVML, the GPU or its total is
     unknown. Never raises."""
     try:
-        import pynvml
-        pynvml.nvmlInit()
-        name = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByUUID(name))
+        nvml, handle = _nvml_device(uuid)
+        info = nvml.nvmlDeviceGetMemoryInfo(handle)
         return float(info.free) / float(info.total) if info.total else None
     except Exception:  # noqa: BLE001 -- missing, refused, or an unknown uuid: not known
         return None
