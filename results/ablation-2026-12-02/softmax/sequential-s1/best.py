@@ -1,11 +1,18 @@
 # evokernel: best kernel of run sequential-s1 for problem softmax
-# candidate 5ebe7df751ab9464, generation 4, operator idea; speedup 1.620x over eager (1.0530 ms -> 0.6501 ms, 133% of floor)
-# idea: [compute] Compute each exponential only once instead of twice: in the block-sum phase overwrite the register array in place with e = exp2f(fmaf(v, LOG2E, -m_b*LOG2E)) (m_b = block max, with the all -inf guard kept; one FFMA + ex2 per element instead of the FADD + multi-instruction accurate expf), accumulate the block sum from these e values with the same pairwise (a+b)+(c+d) tree and warp-shuffle reduction, and after the DSMEM exchange compute one per-block scale = expf(m_b - M) / S so that the write phase is just y = e * scale (a single FMUL per element, no second subtract/exp), cutting per-element ALU work by roughly half while keeping the register footprint (63 regs, 2 blocks x 512 threads per SM) and the single HBM read/write unchanged.
+# candidate 998a42931e0432cd, generation 5, operator idea; speedup 1.684x over eager (1.0517 ms -> 0.6245 ms, 132% of floor)
+# idea: [parallelism] Move the row slice from registers to shared memory so that far more independent blocks fit on each SM and their load, reduce and store phases overlap: use CLUSTER=8 blocks of THREADS=256 (grid 8*rows, non-persistent). Each block's 8192-float (32 KB) slice goes into a static `__shared__ __align__(128) float4 stage[2048]`, filled in one shot by thread 0 through a single-use mbarrier (init + fence.mbarrier_init + __syncthreads, arrive.expect_tx of the clamped slice bytes, then 4 x 8 KB `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`, everyone waits on parity 0). After that, max, in-place e = exp(v - m_b) with the pairwise block sum, the DSMEM (m, s) exchange and `y = e * scale` with `__stcs` all stream over the stage (8 float4 per thread, stride 256, tail entries masked to -inf / skipped), so each thread needs only about 40 registers. With `__launch_bounds__(256, BLOCKS_PER_SM)` and `BLOCKS_PER_SM = 6; // tune: 4 5 6` (6 x ~33 KB smem, 48 warps/SM), each SM has 6 staggered rows in flight (192 KB of loads) instead of 2 lock-stepped 64 KB register slices. That closes the gaps where both resident blocks sit in reductions or cluster.sync with no HBM traffic, which is why the kernel moves bytes at only 75% of the measured bandwidth.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s1/best.py
-"""Softmax (dim=1), NVRTC form. Fast path: one thread-block cluster per row. Each block keeps its
-slice of the row in registers (x is read from HBM exactly once), computes its (max, sum-of-exp)
-pair, exchanges the pairs with the other blocks of the cluster through distributed shared memory,
-combines them as S = sum_b s_b * exp(m_b - M), and writes y = exp(v - M) * (1/S) from registers.
+"""Softmax (dim=1), NVRTC form.
+
+Fast path: one thread-block cluster of CLUSTER=8 blocks per row (non-persistent, grid 8*rows).
+Each block owns a 32 KB slice of the row, which thread 0 copies from HBM into a static
+shared-memory stage in one shot with TMA bulk copies
+(cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes) tracked by a single-use
+mbarrier. The block max, the in-place e = exp(v - m_b) with its block sum, the DSMEM (max, sum)
+exchange and the y = e * scale streaming store all read the stage, so a thread needs only a few
+registers. That gives 6 blocks (48 warps) per SM, so several rows are in flight per SM and one
+block's reductions and cluster barrier overlap other blocks' HBM traffic. x is read from HBM once
+and y is written once.
 Fallback (other shapes / alignments): the seed's one-block-per-row kernel."""
 import torch
 import torch.nn as nn
@@ -73,23 +80,67 @@ __global__ void softmax_row_kernel(const float* __restrict__ x, float* __restric
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fast path: one cluster of CLUSTER blocks per row, row held in registers.
+// Fast path: one cluster of CLUSTER blocks per row, each block's slice held in shared memory.
 // ---------------------------------------------------------------------------------------------
-constexpr int CLUSTER = 4;      // tune: 2 4 8
-constexpr int THREADS = 512;    // tune: 256 512 1024
-#define MIN_BLOCKS 2            // tune: 1 2
-constexpr int ROW_CAP = 65536;  // max row length the fast path holds in registers
-constexpr int VEC = ROW_CAP / (4 * CLUSTER * THREADS);   // float4 per thread
+constexpr int CLUSTER = 8;          // blocks per row (fixed: 8 keeps a block's 32 KB slice in static smem)
+constexpr int THREADS = 256;        // tune: 128 256 512
+constexpr int BLOCKS_PER_SM = 6;    // tune: 4 5 6
+constexpr int CHUNK_BYTES = 8192;   // tune: 4096 8192 16384 32768
+constexpr int ROW_CAP = 65536;      // max row length the fast path handles
+constexpr int SLICE_VEC = ROW_CAP / (4 * CLUSTER);   // float4 per block slice (2048 = 32 KB)
+constexpr int VEC = SLICE_VEC / THREADS;             // float4 per thread
 constexpr int NWARPS = THREADS / 32;
-static_assert(VEC >= 1 && VEC * 4 * CLUSTER * THREADS == ROW_CAP, "bad fast-path sizes");
+// Minimum resident blocks requested from ptxas, clamped to the SM's 2048-thread limit.
+constexpr int LB_BLOCKS = (BLOCKS_PER_SM * THREADS > 2048) ? (2048 / THREADS) : BLOCKS_PER_SM;
+static_assert(VEC >= 1 && VEC * THREADS == SLICE_VEC, "bad fast-path sizes");
 static_assert(THREADS % 32 == 0, "THREADS must be a multiple of 32");
+static_assert(SLICE_VEC * 16 <= 40 * 1024, "stage must fit in static shared memory");
+static_assert(CHUNK_BYTES > 0 && CHUNK_BYTES % 16 == 0, "bulk copy size must be a multiple of 16");
+static_assert(LB_BLOCKS >= 1, "bad launch bounds");
 
 __device__ __forceinline__ float nan_max(float a, float b) {
     return (b > a || isnan(b)) ? b : a;   // NaN-propagating max
 }
 
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
-softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long long cols) {
+// ---- PTX helpers: shared addresses, mbarrier, TMA bulk copy ----
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void fence_mbar_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+__device__ __forceinline__ void tma_load_1d(unsigned dst, const void* src, unsigned bytes,
+                                            unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, LB_BLOCKS)
+softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, long long cols) {
+    __shared__ __align__(128) float4 stage[SLICE_VEC];
+    __shared__ __align__(8) unsigned long long bar;
     __shared__ float s_max[NWARPS];
     __shared__ float s_sum[NWARPS];
     __shared__ float2 s_pair;
@@ -102,28 +153,46 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
     const int warp = tid >> 5;
     const float NEG_INF = -__int_as_float(0x7f800000);
 
-    const float4* __restrict__ xr = reinterpret_cast<const float4*>(x + row * cols);
-    float4* __restrict__ yr = reinterpret_cast<float4*>(y + row * cols);
     const long long nvec = cols >> 2;
-    const long long base = (long long)rank * (long long)(THREADS * VEC) + tid;
+    const long long vbase = (long long)rank * SLICE_VEC;   // first float4 of this block's slice
+    long long nv = nvec - vbase;
+    nv = nv < 0 ? 0 : (nv > (long long)SLICE_VEC ? (long long)SLICE_VEC : nv);
+    const int nslice = (int)nv;                           // float4 of the slice inside the row
+    const unsigned slice_bytes = (unsigned)nslice * 16u;
+    const unsigned bar_a = smem_addr(&bar);
+    const unsigned stage_a = smem_addr(stage);
 
-    // ---- single read of x: VEC coalesced float4 per thread, kept in registers ----
-    float4 v[VEC];
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-        const long long j = base + (long long)k * THREADS;
-        if (j < nvec) v[k] = __ldcs(xr + j);
-        else v[k] = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+    // ---- single read of x: one-shot TMA bulk copy of the slice into the smem stage ----
+    if (tid == 0) {
+        mbar_init(bar_a, 1u);
+        fence_mbar_init();
+    }
+    __syncthreads();
+    if (nslice > 0) {   // uniform per block
+        if (tid == 0) {
+            mbar_arrive_expect_tx(bar_a, slice_bytes);
+            const char* src = reinterpret_cast<const char*>(x + row * cols + vbase * 4);
+            for (unsigned off = 0; off < slice_bytes; off += (unsigned)CHUNK_BYTES) {
+                const unsigned n = (slice_bytes - off < (unsigned)CHUNK_BYTES)
+                                       ? (slice_bytes - off) : (unsigned)CHUNK_BYTES;
+                tma_load_1d(stage_a + off, src + off, n, bar_a);
+            }
+        }
+        mbar_wait(bar_a, 0u);
     }
 
-    // ---- block max ----
+    // ---- block max (tail entries are skipped, i.e. count as -inf) ----
     float m = NEG_INF;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-        m = nan_max(m, v[k].x);
-        m = nan_max(m, v[k].y);
-        m = nan_max(m, v[k].z);
-        m = nan_max(m, v[k].w);
+        const int j = k * THREADS + tid;
+        if (j < nslice) {
+            const float4 t = stage[j];
+            m = nan_max(m, t.x);
+            m = nan_max(m, t.y);
+            m = nan_max(m, t.z);
+            m = nan_max(m, t.w);
+        }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -133,18 +202,23 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
 #pragma unroll
     for (int w = 1; w < NWARPS; ++w) m = nan_max(m, s_max[w]);
 
-    // ---- e = exp(v - m) computed ONCE, kept in place in the registers, and block-summed ----
-    // (an all -inf block gets e = 0 and contributes 0, not NaN)
+    // ---- e = exp(v - m) computed ONCE, written back in place into the stage, and block-summed ----
+    // (an all -inf block gets e = 0 and contributes 0, not NaN; each thread touches only its own
+    //  entries, so no barrier is needed between the max pass and this in-place update)
     const float ms = (m == NEG_INF) ? 0.0f : m;
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-        const float a = expf(v[k].x - ms);
-        const float b = expf(v[k].y - ms);
-        const float c = expf(v[k].z - ms);
-        const float d = expf(v[k].w - ms);
-        v[k] = make_float4(a, b, c, d);
-        s += (a + b) + (c + d);
+        const int j = k * THREADS + tid;
+        if (j < nslice) {
+            const float4 t = stage[j];
+            const float a = expf(t.x - ms);
+            const float b = expf(t.y - ms);
+            const float c = expf(t.z - ms);
+            const float d = expf(t.w - ms);
+            stage[j] = make_float4(a, b, c, d);
+            s += (a + b) + (c + d);
+        }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
@@ -179,16 +253,17 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
     //  an all -inf block in a finite row gives scale 0 and e = 0 -> y = 0.)
     const float scale = expf(m - M) / S;
 
-    // ---- single write of y from registers ----
+    // ---- single write of y, streamed from the stage ----
+    float4* __restrict__ yr = reinterpret_cast<float4*>(y + row * cols) + vbase;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-        const long long j = base + (long long)k * THREADS;
-        if (j < nvec) {
-            float4 o;
-            o.x = v[k].x * scale;
-            o.y = v[k].y * scale;
-            o.z = v[k].z * scale;
-            o.w = v[k].w * scale;
+        const int j = k * THREADS + tid;
+        if (j < nslice) {
+            float4 o = stage[j];
+            o.x *= scale;
+            o.y *= scale;
+            o.z *= scale;
+            o.w *= scale;
             __stcs(yr + j, o);
         }
     }
@@ -197,7 +272,7 @@ softmax_cluster_kernel(const float* __restrict__ x, float* __restrict__ y, long 
 }
 """
 
-kernels = compile_kernels(cuda_src, ["softmax_row_kernel", "softmax_cluster_kernel"])
+kernels = compile_kernels(cuda_src, ["softmax_row_kernel", "softmax_cluster_smem_kernel"])
 BLOCK = kernels.constant("BLOCK")
 CLUSTER = kernels.constant("CLUSTER")
 THREADS = kernels.constant("THREADS")
@@ -224,7 +299,7 @@ class ModelNew(nn.Module):
             and rows * CLUSTER <= (1 << 31) - 1
         )
         if fast:
-            kernels.softmax_cluster_kernel.launch(rows * CLUSTER, THREADS, x, y, cols)
+            kernels.softmax_cluster_smem_kernel.launch(rows * CLUSTER, THREADS, x, y, cols)
         else:
             kernels.softmax_row_kernel.launch(min(rows, 1 << 30), BLOCK, x, y, rows, cols)
         return y
