@@ -11,6 +11,8 @@ OUT_FD:
         -> {"kind": "result", "result": EvalResult dict, "fatal": bool}
     {"kind": "warm"}   (optional, before "setup"; no answer)
         -> the CUDA context made and torch.profiler loaded ahead of the set-up (``warm_up``)
+    {"kind": "stop"}
+        -> exits at once (``os._exit``, no interpreter teardown), no answer
 
 The per-problem state and the stages a candidate goes through live in evokernel.engine.session.
 After a sticky CUDA error (illegal address, misaligned access, ...) it answers with
@@ -104,7 +106,13 @@ def main(argv: list[str]) -> int:
         elif kind == "warm" and session is None:
             warm_up()
         elif kind == "stop":
-            return 0
+            # no interpreter teardown: with torch._dynamo loaded it took 1.1-1.2 s (against
+            # 0.05-0.07 s for this; CPU, 2026-12-03), each problem's "close" step on the H200
+            # (1.1-1.3 s, results/h200-2026-12-03-s19/chain/bench_suite.md); nothing is left
+            # to write but the log, and the driver frees the CUDA context at exit either way
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The GPU worker loads the set-up's modules before its set-up arrives (issue 16: the first flop
 count's import of torch._dynamo was 4.0-4.5 s of every problem's set-up on the H200), without
-opening a CUDA context (a worker started ahead must not disturb the GPU's timings)."""
+opening a CUDA context (a worker started ahead must not disturb the GPU's timings); asked to stop,
+it exits at once, without the interpreter's teardown (1.1 s of every problem's close)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,38 @@ def test_preload_brings_the_flop_counters_imports_and_no_cuda_context():
     # Without preload this first count imports torch._dynamo (5.8 s on the CPU machine); with
     # it, a few ms. The bound is loose for a loaded 2-core CI machine.
     assert float(first_count_s) < 1.0
+
+
+STOPPER = """
+import atexit, sys
+from evokernel.engine import worker
+atexit.register(lambda: print("interpreter teardown", flush=True))
+print("candidate output", end="")      # unflushed: the exit must not lose it
+sys.exit(worker.main(["worker"] + sys.argv[1:]))
+"""
+
+
+def test_a_worker_asked_to_stop_exits_at_once_without_the_interpreters_teardown():
+    """"stop" ends the worker with os._exit: Python's teardown with torch._dynamo loaded took
+    1.1-1.2 s on the CPU machine, each problem's "close" step in a problem set on the H200
+    (results/h200-2026-12-03-s19/chain/bench_suite.md). Its output is flushed first."""
+    import os
+    from multiprocessing.connection import Connection
+
+    from evokernel.engine import protocol
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", STOPPER, str(to_r), str(from_w)], cwd=ROOT,
+                            pass_fds=(to_r, from_w), stdout=subprocess.PIPE, text=True,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    os.close(to_r)
+    os.close(from_w)
+    send = Connection(to_w, readable=False)
+    try:
+        protocol.send(send, {"kind": "stop"})
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        send.close()
+        os.close(from_r)
+    assert proc.returncode == 0
+    assert out == "candidate output"               # flushed, and no atexit handler ran
