@@ -2,14 +2,14 @@
 
     every candidate of every problem ──> builds, all submitted up front (one Builder)
     per GPU: problem k's worker set up ──> its candidates gated and timed as their builds end
-             meanwhile the worker of the GPU's next problem is started (``WorkerHandle.prepare``)
+             meanwhile the workers of the GPU's next problems are started (``spawn_ahead``)
              and, while problem k waits for a build, the next ones are set up (``setup_ahead``)
 
 One problem at a time per GPU, as its verdicts need (a problem's reference is timed alone), but
 GPUs take problems from one queue, builds never wait for a GPU, a problem's set-up overlaps the
-builds of its candidates, and the next problem's worker process is already started (its
+builds of its candidates, and the next problems' worker processes are already started (their
 interpreter, torch and the set-up's modules loaded; no CUDA context) when the current one
-closes: it is spawned as the current problem's set-up begins, since loading those modules takes
+closes: they are spawned as the current problem's set-up begins, since loading those modules takes
 longer than one candidate's verdict (the first flop count alone took 4.0-4.5 s of each set-up on
 the H200, results/h200-2026-12-03-s18/chain/bench_suite.md). A set-up (fp64 truths, reference
 timing) runs only while its GPU times nothing: timing a reference beside another problem's
@@ -106,12 +106,13 @@ class ProblemSetRun:
                  arch: str, builder: Any, make_handle: Callable[[Problem, Any], Any],
                  guard_for: Callable[[dict[str, Any]], Any],
                  on_result: OnProblemResult | None = None, warm_ahead: bool = False,
-                 setup_ahead: int = 0,
+                 setup_ahead: int = 0, spawn_ahead: int = 1,
                  free_memory: Callable[[dict[str, Any]], float | None] = lambda info: None):
         self.jobs, self.config, self.devices, self.arch = list(jobs), config, list(devices), arch
         self.builder, self.make_handle, self.guard_for = builder, make_handle, guard_for
         self.on_result, self.warm_ahead = on_result, warm_ahead
         self.setup_ahead, self.free_memory = setup_ahead, free_memory
+        self.spawn_ahead = max(1, spawn_ahead)
         self.builds: dict[str, Future | EvalResult] = {}
         self.outcomes: list[ProblemOutcome | None] = [None] * len(self.jobs)
         self.todo: queue.Queue[int] = queue.Queue()
@@ -181,11 +182,10 @@ class ProblemSetRun:
             while line:
                 slot = line.popleft()
                 try:
-                    if not line and not first:
-                        self._spare(line, device)
+                    if not first:
+                        self._top_up(line, device)
                     out = self._one_problem(slot, line, device,
-                                            after_start=lambda: self._spare(line, device)
-                                            if not line else None)
+                                            after_start=lambda: self._top_up(line, device))
                 except Exception as e:  # noqa: BLE001 -- one problem's bug must not stop the set
                     logger.exception("problem set: {} failed", self.jobs[slot.index].problem.name)
                     out = ProblemOutcome(self.jobs[slot.index].problem.name, [], {}, device,
@@ -201,13 +201,28 @@ class ProblemSetRun:
             for s in ([slot] if slot is not None else []) + list(line):   # no worker left behind
                 self._close(s.handle)
 
-    def _spare(self, line: deque[_Slot], device: Any) -> None:
-        """``_take`` one more, a spawn that fails leaving it to be spawned at its turn."""
+    def _spare(self, line: deque[_Slot], device: Any) -> bool:
+        """``_take`` one more, a spawn that fails leaving it to be spawned at its turn.
+        Returns whether one was taken and spawned."""
         try:
-            self._take(line, device)
+            return self._take(line, device)
         except Exception as e:  # noqa: BLE001 -- start() spawns it again, or says why not
             logger.warning("problem set: a worker could not be started ahead ({}: {})",
                            type(e).__name__, e)
+            return False
+
+    def _top_up(self, line: deque[_Slot], device: Any) -> None:
+        """Keep ``spawn_ahead`` workers of ``line`` spawned and not yet set up: one took ~8 s
+        to load on the H200 against ~3-4 s a problem once loaded, so one spawned ahead was not
+        ready at its turn ("start" 5.6 s a problem against a 2.6 s set-up,
+        results/h200-2026-12-03-s19/chain/bench_suite.md). With several GPUs only one, once
+        the queue holds fewer than ``spawn_ahead`` problems per GPU: a problem one GPU took
+        waits for it even while another is idle."""
+        want = self.spawn_ahead
+        if len(self.devices) > 1 and self.todo.qsize() < want * len(self.devices):
+            want = 1
+        while sum(s.info is None for s in line) < want and self._spare(line, device):
+            pass
 
     def _start(self, slot: _Slot, step: str) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -319,7 +334,8 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                          devices: Sequence[int] | None = None, log_dir: Path | None = None,
                          on_result: OnProblemResult | None = None,
                          entry: str = "evokernel.engine.worker",
-                         warm_ahead: bool = False, setup_ahead: int = 4) -> list[ProblemOutcome]:
+                         warm_ahead: bool = False, setup_ahead: int = 4,
+                         spawn_ahead: int = 3) -> list[ProblemOutcome]:
     """Build every candidate of every problem up front, then gate and time each problem's
     candidates on this host's GPUs, one problem per GPU at a time (see the module docstring).
 
@@ -338,6 +354,8 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
             a build (the GPU timing nothing), each in its own worker that then waits with its
             CUDA context and truths until its turn; only while half the GPU's memory is free
             (MIN_FREE_FOR_AHEAD, NVML). 0: each problem is set up at its turn.
+        spawn_ahead: worker processes of later problems kept spawned (loading torch and the
+            set-up's modules; no CUDA context) per GPU; at least 1 (see ``_top_up``).
     Returns: one ProblemOutcome per job, in the jobs' order; a problem that cannot be set up
         has ``error`` set and no results. Never raises for a bad candidate or problem.
     Raises: NoGPUError when no CUDA GPU is visible; SandboxError as the local engine.
@@ -372,5 +390,6 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                  sandbox=containment) as builder:
         return ProblemSetRun(jobs, config, devices=devices, arch=arch, builder=builder,
                              make_handle=make_handle, guard_for=guard_for, on_result=on_result,
-                             warm_ahead=warm_ahead, setup_ahead=setup_ahead, free_memory=lambda
+                             warm_ahead=warm_ahead, setup_ahead=setup_ahead,
+                             spawn_ahead=spawn_ahead, free_memory=lambda
                              info: free_memory_fraction(info.get("uuid", ""))).run()

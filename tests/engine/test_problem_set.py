@@ -107,14 +107,14 @@ class SlowBuilder(FakeBuilder):
 
 
 def fake_run(tmp_path, jobs, devices=(0,), warm_ahead=False, setup_ahead=0, free=1.0,
-             builder=None):
+             builder=None, spawn_ahead=1):
     log = Log()
     guard = types.SimpleNamespace(run=lambda f: f())
     run = ProblemSetRun(jobs, EvalConfig(), devices=devices, arch="9.0",
                         builder=(builder or FakeBuilder)(log),
                         make_handle=lambda p, d: FakeHandle(log, p, d),
                         guard_for=lambda info: guard, warm_ahead=warm_ahead,
-                        setup_ahead=setup_ahead,
+                        setup_ahead=setup_ahead, spawn_ahead=spawn_ahead,
                         free_memory=free if callable(free) else lambda info: free)
     return run.run(), log.events
 
@@ -137,6 +137,46 @@ def test_builds_go_up_front_and_the_next_worker_is_ready_before_the_current_clos
     for o in outcomes:                                  # where each problem's GPU time went
         assert set(o.steps_s) == {"start", "ahead", "build_wait", "verdicts", "close"}
         assert o.steps_s["verdicts"] >= 0.05 * len(o.results)      # the fake's 50 ms each
+
+
+def live_workers(events, device=0):
+    """The most worker processes of ``device`` alive at once (spawned and not yet closed)."""
+    live = most = 0
+    for e in events:
+        if e[0] in ("prepare", "close") and e[-1] == device:
+            live += 1 if e[0] == "prepare" else -1
+            most = max(most, live)
+    return most
+
+
+def test_spawn_ahead_keeps_that_many_workers_loading_before_their_turn(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abcdef"]
+    outcomes, events = fake_run(tmp_path, jobs, spawn_ahead=3)
+    at = events.index
+    # after the first set-up (the peaks saved), three spawned before the first problem closes
+    assert at(("start", "a", 0)) < at(("prepare", "b", 0)) < at(("prepare", "d", 0)) \
+        < at(("close", "a", 0))
+    # and one more as each later turn begins: three still loading while "b" sets up
+    assert at(("prepare", "e", 0)) < at(("start", "b", 0))
+    assert at(("prepare", "f", 0)) < at(("start", "c", 0))
+    assert live_workers(events) == 4                     # the current one and three ahead
+    assert [o.problem for o in outcomes] == list("abcdef")
+    assert all(o.error is None and o.results[0].accepted for o in outcomes)
+    for n in "abcdef":
+        assert events.count(("prepare", n, 0)) == events.count(("close", n, 0)) == 1
+    assert live_workers(fake_run(tmp_path, jobs)[1]) == 2        # spawn_ahead=1: one ahead
+
+
+def test_with_several_gpus_spawn_ahead_shrinks_to_one_near_the_end_of_the_queue(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abcd"]      # fewer than 3 per GPU: one ahead each
+    outcomes, events = fake_run(tmp_path, jobs, devices=(0, 1), spawn_ahead=3)
+    assert {o.device for o in outcomes} == {0, 1}
+    assert max(live_workers(events, d) for d in (0, 1)) <= 2
+    many = [job(tmp_path, f"p{i}", "1") for i in range(12)]
+    outcomes, events = fake_run(tmp_path, many, devices=(0, 1), spawn_ahead=3)
+    assert [o.problem for o in outcomes] == [j.problem.name for j in many]
+    assert all(o.error is None for o in outcomes) and {o.device for o in outcomes} == {0, 1}
+    assert max(live_workers(events, d) for d in (0, 1)) == 4
 
 
 def test_warm_ahead_is_asked_for_after_the_current_set_up(tmp_path):
