@@ -92,9 +92,9 @@ class WorkerHandle:
         except OSError:            # gone already: start() spawns a new one
             pass
 
-    def start(self) -> dict[str, Any]:
-        """Spawn the worker (unless ``prepare`` did) and wait until its reference is ready;
-        returns its info dict.
+    def start(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Spawn the worker (unless ``prepare`` did) and wait until its reference is ready, at
+        most ``timeout_s`` (default ``setup_timeout_s``); returns its info dict.
 
         Raises:
             ProblemError: the problem failed to set up (its message holds the worker's error).
@@ -114,7 +114,7 @@ class WorkerHandle:
         except OSError:
             self._check_open("set-up")
             raise
-        return self._ready()
+        return self._ready(self.setup_timeout_s if timeout_s is None else timeout_s)
 
     def _check_open(self, what: str) -> None:
         """Raises: WorkerClosed when ``close`` was called; ``what`` was cut short by it."""
@@ -142,9 +142,9 @@ class WorkerHandle:
         self._recv = Connection(from_child_r, writable=False)
         self._pending_setup = setup
 
-    def _ready(self) -> dict[str, Any]:
+    def _ready(self, timeout_s: float) -> dict[str, Any]:
         """Wait for the set-up's answer. Raises: ProblemError (see ``start``)."""
-        msg = self._wait(self.setup_timeout_s)
+        msg = self._wait(timeout_s)
         if msg is None or msg.get("kind") != "ready":
             self._check_open("set-up")       # a close() is no fault of the problem
             why = (msg or {}).get("error") or self._death_note("during set-up")

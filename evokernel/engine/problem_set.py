@@ -82,6 +82,11 @@ OnProblemResult = Callable[[str, EvalResult], None]
 #: timed (or a respawned worker) at least half the GPU.
 MIN_FREE_FOR_AHEAD = 0.5
 
+#: Seconds a set-up ahead may take (the current problem's verdicts wait for it) before its worker
+#: is killed and the problem set up at its turn, alone, with the whole set-up timeout. The longest
+#: in the H200 suite bench took 23 s (results/h200-2026-12-03-s19/chain/bench_suite.md).
+AHEAD_SETUP_TIMEOUT_S = 120.0
+
 #: Verdicts after which the problem's worker was killed: its process may linger on the GPU for a
 #: moment (evokernel.engine.gpu_share), so no later problem is set up ahead beside it.
 _KILLED = frozenset({Reason.TIMEOUT, Reason.WORKER_CRASH, Reason.CUDA_FAULT})
@@ -224,10 +229,10 @@ class ProblemSetRun:
         while sum(s.info is None for s in line) < want and self._spare(line, device):
             pass
 
-    def _start(self, slot: _Slot, step: str) -> dict[str, Any]:
+    def _start(self, slot: _Slot, step: str, timeout_s: float | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
-            return slot.handle.start()
+            return slot.handle.start(timeout_s=timeout_s)
         finally:
             slot.steps[step] = time.perf_counter() - t0
 
@@ -260,8 +265,8 @@ class ProblemSetRun:
         that is to be set up alone (``retry``), never after one of ``current``'s workers was
         killed, and kept only if MIN_FREE_FOR_AHEAD of the GPU's memory is still free after it.
         With several GPUs only problems this GPU already took are set up (taking more would
-        keep them from an idle GPU). A set-up that fails here is done again at its turn.
-        Returns whether one was set up."""
+        keep them from an idle GPU). A set-up that fails here (or passes AHEAD_SETUP_TIMEOUT_S)
+        is done again at its turn. Returns whether one was set up."""
         if current.killed or sum(s.info is not None for s in line) >= self.setup_ahead:
             return False
         slot = next((s for s in line if s.info is None), None)
@@ -274,7 +279,7 @@ class ProblemSetRun:
         if free is None or free < MIN_FREE_FOR_AHEAD:
             return False
         try:
-            slot.info = self._start(slot, "start_ahead")
+            slot.info = self._start(slot, "start_ahead", timeout_s=AHEAD_SETUP_TIMEOUT_S)
             free = self.free_memory(current.info or {})
             if free is None or free < MIN_FREE_FOR_AHEAD:
                 raise MemoryError(f"{free} of the GPU's memory free once set up")

@@ -196,3 +196,16 @@ def test_a_close_just_before_the_send_gives_no_worker_crash_verdict(tmp_path, mo
     with pytest.raises(WorkerClosed):
         w.evaluate(cand("ok", 2), timeout_s=10)
     assert not w.alive()
+
+
+def test_start_takes_a_shorter_set_up_timeout_and_then_the_worker_is_gone(tmp_path):
+    """A set-up made ahead of its turn gets less time (evokernel.engine.problem_set's
+    AHEAD_SETUP_TIMEOUT_S): past it, ProblemError, and the worker is killed."""
+    w = handle(tmp_path, name="slow")                    # its set-up sleeps 3 s
+    try:
+        with pytest.raises(ProblemError, match="stopped answering during set-up"):
+            w.start(timeout_s=0.5)                       # 3 s would have set it up
+        assert not w.alive()
+        assert w.start()["pid"] > 0                      # the whole timeout: set up
+    finally:
+        w.close()

@@ -10,7 +10,8 @@ import types
 from concurrent.futures import Future
 
 from evokernel.config import EvalConfig
-from evokernel.engine.problem_set import ProblemJob, ProblemSetRun, evaluate_problem_set
+from evokernel.engine.problem_set import (AHEAD_SETUP_TIMEOUT_S, ProblemJob, ProblemSetRun,
+                                          evaluate_problem_set)
 from evokernel.errors import ProblemError
 from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason, Verdict
@@ -67,8 +68,12 @@ class FakeHandle:
     def warm(self):
         self.log.add("warm", self.name)
 
-    def start(self):
+    def start(self, timeout_s=None):
+        self.log.add("setup_timeout", self.name, timeout_s)
         self.log.add("start", self.name, self.device)
+        if self.name == "slow" and timeout_s is not None:      # a set-up ahead that hangs
+            raise ProblemError("slow.py: the GPU worker could not set up the problem: no "
+                               f"answer in {timeout_s} s")
         if self.name == "broken":
             raise ProblemError("broken.py: the GPU worker could not set up the problem")
         if self.name == "flaky" and not any(e[:2] == ("start", "flaky") for e in
@@ -286,6 +291,16 @@ def test_a_set_up_that_fails_ahead_is_done_again_at_its_turn(tmp_path):
         assert ("close", n, 0) in events
 
 
+def test_a_set_up_ahead_is_given_less_time_and_done_again_at_its_turn_if_it_passes_it(tmp_path):
+    jobs = [job(tmp_path, "a", "1"), job(tmp_path, "slow", "1"), job(tmp_path, "c", "1")]
+    outcomes, events = fake_run(tmp_path, jobs, setup_ahead=2, builder=slow_a)
+    timeouts = [e[1:] for e in events if e[0] == "setup_timeout"]
+    assert timeouts[:3] == [("a", None), ("slow", AHEAD_SETUP_TIMEOUT_S), ("slow", None)]
+    assert all(o.error is None and o.results[0].accepted for o in outcomes)
+    assert "start" in outcomes[1].steps_s and "start_ahead" not in outcomes[1].steps_s
+    assert events.count(("close", "slow", 0)) == 2      # the hung one, then its own
+
+
 def test_a_later_problems_spawn_or_pipe_failing_costs_the_current_problem_nothing(tmp_path):
     for bad in ("pipe", "nospawn"):
         jobs = [job(tmp_path, "a", "1", "2"), job(tmp_path, bad, "1"), job(tmp_path, "c", "1")]
@@ -347,11 +362,11 @@ def test_every_job_gets_an_outcome_even_if_a_gpus_loop_fails(tmp_path):
 class Raising(FakeHandle):
     """start raises OSError for "pipe0" (always), close raises for "leaky"."""
 
-    def start(self):
+    def start(self, timeout_s=None):
         if self.name == "pipe0":
             self.log.add("start", self.name, self.device)
             raise BrokenPipeError(32, "Broken pipe")
-        return super().start()
+        return super().start(timeout_s)
 
     def close(self):
         super().close()
