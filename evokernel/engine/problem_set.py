@@ -338,9 +338,8 @@ class ProblemSetRun:
 def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                          devices: Sequence[int] | None = None, log_dir: Path | None = None,
                          on_result: OnProblemResult | None = None,
-                         entry: str = "evokernel.engine.worker",
-                         warm_ahead: bool = False, setup_ahead: int = 4,
-                         spawn_ahead: int = 3) -> list[ProblemOutcome]:
+                         entry: str = "evokernel.engine.worker", warm_ahead: bool = False,
+                         setup_ahead: int = 4, spawn_ahead: int = 3) -> list[ProblemOutcome]:
     """Build every candidate of every problem up front, then gate and time each problem's
     candidates on this host's GPUs, one problem per GPU at a time (see the module docstring).
 
@@ -351,16 +350,14 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
         log_dir: where worker logs go (default <cache>/logs).
         on_result: called with (problem name, EvalResult) as each verdict is ready.
         entry: the GPU worker module (tests substitute a fake one).
-        warm_ahead: the next problem's worker also makes its CUDA context and loads the
-            profiler once the current problem is set up, while its candidates are timed
-            (WorkerHandle.warm); off until the bench's suite phase (mode together_warm) shows
-            that harmless.
+        warm_ahead: the next worker makes its CUDA context while the current problem's
+            candidates are timed (WorkerHandle.warm); off until the bench's suite phase (mode
+            together_warm) shows that harmless.
         setup_ahead: at most this many later problems set up while the current one waits for
-            a build (the GPU timing nothing), each in its own worker that then waits with its
-            CUDA context and truths until its turn; only while half the GPU's memory is free
-            (MIN_FREE_FOR_AHEAD, NVML). 0: each problem is set up at its turn.
-        spawn_ahead: worker processes of later problems kept spawned (loading torch and the
-            set-up's modules; no CUDA context) per GPU; at least 1 (see ``_top_up``).
+            a build (the GPU timing nothing), each then waiting in its worker until its turn,
+            while half the GPU's memory is free (MIN_FREE_FOR_AHEAD). 0: each at its turn.
+        spawn_ahead: workers of later problems kept spawned (loading torch and the set-up's
+            modules; no CUDA context) per GPU; at least 1 (see ``_top_up``).
     Returns: one ProblemOutcome per job, in the jobs' order; a problem that cannot be set up
         has ``error`` set and no results. Never raises for a bad candidate or problem.
     Raises: NoGPUError when no CUDA GPU is visible; SandboxError as the local engine.
