@@ -144,10 +144,14 @@ class WorkerHandle:
 
     def _ready(self, timeout_s: float) -> dict[str, Any]:
         """Wait for the set-up's answer. Raises: ProblemError (see ``start``)."""
+        t0 = time.perf_counter()
         msg = self._wait(timeout_s)
         if msg is None or msg.get("kind") != "ready":
             self._check_open("set-up")       # a close() is no fault of the problem
-            why = (msg or {}).get("error") or self._death_note("during set-up")
+            why = (msg or {}).get("error") or (   # a silent worker: no 5 s wait for its exit
+                f"stopped answering during set-up (no answer in {timeout_s:.0f} s)"
+                if time.perf_counter() - t0 >= timeout_s and self.alive()
+                else self._death_note("during set-up"))
             self.kill()
             raise ProblemError(f"{self.setup_msg['problem']['path']}: the GPU worker could not "
                                f"set up the problem:\n{why}")

@@ -220,13 +220,14 @@ class ProblemSetRun:
         """Keep ``spawn_ahead`` workers of ``line`` spawned and not yet set up: one took ~8 s
         to load on the H200 against ~3-4 s a problem once loaded, so one spawned ahead was not
         ready at its turn ("start" 5.6 s a problem against a 2.6 s set-up,
-        results/h200-2026-12-03-s19/chain/bench_suite.md). With several GPUs only one, once
-        the queue holds fewer than ``spawn_ahead`` problems per GPU: a problem one GPU took
-        waits for it even while another is idle."""
-        want = self.spawn_ahead
-        if len(self.devices) > 1 and self.todo.qsize() < want * len(self.devices):
-            want = 1
-        while sum(s.info is None for s in line) < want and self._spare(line, device):
+        results/h200-2026-12-03-s19/chain/bench_suite.md). With several GPUs a GPU holds one
+        problem ahead at most, as it did before: a problem it took waits for it (behind a slow
+        build, say) even while another GPU is idle, and a worker is bound to its GPU."""
+        if len(self.devices) > 1:
+            if not line:
+                self._spare(line, device)
+            return
+        while sum(s.info is None for s in line) < self.spawn_ahead and self._spare(line, device):
             pass
 
     def _start(self, slot: _Slot, step: str, timeout_s: float | None = None) -> dict[str, Any]:
@@ -289,10 +290,12 @@ class ProblemSetRun:
             slot.info, slot.retry = None, True
             slot.steps.pop("start_ahead", None)
             self._close(slot.handle)
+            slot.handle = None                  # made again at its turn if not here
             try:
                 slot.handle = self.make_handle(self.jobs[slot.index].problem, device)
-            except Exception:  # noqa: BLE001 -- made again at its turn, which says what fails
-                slot.handle = None
+                slot.handle.prepare()           # loading again before its turn
+            except Exception:  # noqa: BLE001 -- its turn makes or spawns it, or says why not
+                pass
             return False
         return True
 

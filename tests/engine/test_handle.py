@@ -1,6 +1,7 @@
 """Worker isolation: a hang, a segfault or a sticky CUDA fault costs one candidate, never the
 next one, and the worker is respawned."""
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -203,9 +204,11 @@ def test_start_takes_a_shorter_set_up_timeout_and_then_the_worker_is_gone(tmp_pa
     AHEAD_SETUP_TIMEOUT_S): past it, ProblemError, and the worker is killed."""
     w = handle(tmp_path, name="slow")                    # its set-up sleeps 3 s
     try:
+        t0 = time.perf_counter()
         with pytest.raises(ProblemError, match="stopped answering during set-up"):
             w.start(timeout_s=0.5)                       # 3 s would have set it up
         assert not w.alive()
+        assert time.perf_counter() - t0 < 3.0            # no 5 s wait for a silent worker
         assert w.start()["pid"] > 0                      # the whole timeout: set up
     finally:
         w.close()

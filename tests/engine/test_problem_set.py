@@ -112,7 +112,7 @@ class SlowBuilder(FakeBuilder):
 
 
 def fake_run(tmp_path, jobs, devices=(0,), warm_ahead=False, setup_ahead=0, free=1.0,
-             builder=None, spawn_ahead=1):
+             builder=None, spawn_ahead=3):
     log = Log()
     guard = types.SimpleNamespace(run=lambda f: f())
     run = ProblemSetRun(jobs, EvalConfig(), devices=devices, arch="9.0",
@@ -169,19 +169,20 @@ def test_spawn_ahead_keeps_that_many_workers_loading_before_their_turn(tmp_path)
     assert all(o.error is None and o.results[0].accepted for o in outcomes)
     for n in "abcdef":
         assert events.count(("prepare", n, 0)) == events.count(("close", n, 0)) == 1
-    assert live_workers(fake_run(tmp_path, jobs)[1]) == 2        # spawn_ahead=1: one ahead
+    assert live_workers(fake_run(tmp_path, jobs, spawn_ahead=1)[1]) == 2   # one ahead
 
 
-def test_with_several_gpus_spawn_ahead_shrinks_to_one_near_the_end_of_the_queue(tmp_path):
-    jobs = [job(tmp_path, n, "1") for n in "abcd"]      # fewer than 3 per GPU: one ahead each
-    outcomes, events = fake_run(tmp_path, jobs, devices=(0, 1), spawn_ahead=3)
-    assert {o.device for o in outcomes} == {0, 1}
-    assert max(live_workers(events, d) for d in (0, 1)) <= 2
-    many = [job(tmp_path, f"p{i}", "1") for i in range(12)]
-    outcomes, events = fake_run(tmp_path, many, devices=(0, 1), spawn_ahead=3)
-    assert [o.problem for o in outcomes] == [j.problem.name for j in many]
+def test_with_several_gpus_each_holds_one_problem_ahead_at_most(tmp_path):
+    """A problem a GPU took waits for it, even while another GPU is idle: behind a slow build,
+    a GPU holding three (spawn_ahead) left them to the end while the other GPU had finished
+    (review of c56020a). With several GPUs each holds one ahead, as before spawn_ahead."""
+    jobs = [job(tmp_path, "a", "1")] + [job(tmp_path, f"p{i}", "1") for i in range(11)]
+    outcomes, events = fake_run(tmp_path, jobs, devices=(0, 1), setup_ahead=4, builder=slow_a)
+    assert [o.problem for o in outcomes] == [j.problem.name for j in jobs]
     assert all(o.error is None for o in outcomes) and {o.device for o in outcomes} == {0, 1}
-    assert max(live_workers(events, d) for d in (0, 1)) == 4
+    assert max(live_workers(events, d) for d in (0, 1)) <= 2
+    slow_gpu = outcomes[0].device
+    assert sum(o.device == slow_gpu for o in outcomes) <= 2    # "a" and the one it held
 
 
 def test_warm_ahead_is_asked_for_after_the_current_set_up(tmp_path):
@@ -299,6 +300,15 @@ def test_a_set_up_ahead_is_given_less_time_and_done_again_at_its_turn_if_it_pass
     assert all(o.error is None and o.results[0].accepted for o in outcomes)
     assert "start" in outcomes[1].steps_s and "start_ahead" not in outcomes[1].steps_s
     assert events.count(("close", "slow", 0)) == 2      # the hung one, then its own
+
+
+def test_a_problem_whose_set_up_ahead_failed_is_loading_again_before_its_turn(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in ("a", "slow", "c", "d")]
+    outcomes, events = fake_run(tmp_path, jobs, setup_ahead=2, builder=slow_a)
+    assert all(o.error is None for o in outcomes)
+    killed = events.index(("close", "slow", 0))                  # the hung worker
+    turn = [i for i, e in enumerate(events) if e == ("start", "slow", 0)][1]
+    assert ("prepare", "slow", 0) in events[killed:turn]
 
 
 def test_a_later_problems_spawn_or_pipe_failing_costs_the_current_problem_nothing(tmp_path):
