@@ -29,7 +29,7 @@ from loguru import logger
 
 from evokernel.bench.plan import tune_variants
 from evokernel.config import EvalConfig
-from evokernel.engine.problem_set import ProblemJob
+from evokernel.engine.problem_jobs import ProblemJob
 from evokernel.errors import ConfigError
 from evokernel.records import Candidate, EvalResult
 
@@ -92,11 +92,14 @@ class ModeRun:
     timed them (``info["setup_steps_s"]``, evokernel.engine.session.SetupClock; {} when the
     worker did not say); ``loops``: each problem's seconds on its GPU by step, as the driver
     timed them ("start" or "start_ahead", "ahead", "build_wait", "verdicts", "close";
-    evokernel.engine.problem_set.ProblemOutcome.steps_s)."""
+    evokernel.engine.problem_jobs.ProblemOutcome.steps_s); ``timelines``: when each problem's
+    turn began, its last build ended and its last verdict came, in seconds since the set's
+    builds were submitted (ProblemOutcome.timeline_s; the together modes only)."""
 
     results: dict[str, list[EvalResult]]
     setups: dict[str, dict[str, float]]
     loops: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    timelines: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def _steps(info: Mapping[str, Any] | None) -> dict[str, float]:
@@ -136,7 +139,20 @@ def together(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps,
     outcomes = list(deps.evaluate_set(jobs, config, warm_ahead=warm_ahead))
     return ModeRun({o.problem: list(o.results) for o in outcomes},
                    {o.problem: _steps(o.info) for o in outcomes if not o.error},
-                   {o.problem: dict(o.steps_s) for o in outcomes})
+                   {o.problem: dict(o.steps_s) for o in outcomes},
+                   {o.problem: dict(o.timeline_s) for o in outcomes if o.timeline_s})
+
+
+def timeline_summary(timelines: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """When the set's GPU work began and ended against its builds, in seconds since they were
+    submitted: the first turn, the last build's end, the last verdict. The last verdict soon
+    after the last build says the builds were the limit; long after, the GPU's loop was.
+    Returns {} without timelines."""
+    if not timelines:
+        return {}
+    return {"first_turn_s": round(min(t["turn"] for t in timelines.values()), 1),
+            "last_built_s": round(max(t["built"] for t in timelines.values()), 1),
+            "last_done_s": round(max(t["done"] for t in timelines.values()), 1)}
 
 
 def together_warm(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps) -> ModeRun:
@@ -188,7 +204,8 @@ def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
             "wall_s": round(wall, 1), "kernels": len(results),
             "accepted": sum(r.accepted for r in results),
             "per_min": round(60.0 * len(results) / wall, 2) if wall > 0 else None,
-            "setup": setup_summary(got.setups), "loop": setup_summary(got.loops)}
+            "setup": setup_summary(got.setups), "loop": setup_summary(got.loops),
+            "timeline": timeline_summary(got.timelines)}
         logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
     a = verdicts.get("one_at_a_time", {})
     report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"
@@ -220,6 +237,12 @@ def suite_markdown(report: Mapping[str, Any]) -> str:
               f"({ {True: 'met', False: 'not met', None: 'not run'}[t['passed']]}); "
               "together / one at a time: "
               f"{'-' if report['speedup'] is None else str(report['speedup']) + 'x'}", ""]
+    for mode in MODES:
+        tl = report["modes"].get(mode, {}).get("timeline")
+        if tl:
+            lines += [f"{mode}, seconds after the builds were submitted: the first problem's turn "
+                      f"{tl['first_turn_s']}, the last build done {tl['last_built_s']}, the last "
+                      f"verdict {tl['last_done_s']}", ""]
     lines += _setup_lines(report)
     if report["differ"]:
         lines += ["verdicts that differ (one at a time vs the mode named):", ""]
@@ -232,7 +255,7 @@ def _setup_lines(report: Mapping[str, Any]) -> list[str]:
     build wait, verdicts, close), then inside the set-up, as the worker timed it; median
     (largest) seconds per step over the problems."""
     return (_step_table(report, "loop", "one problem on its GPU, median (largest) seconds over "
-                        "the problems, by step (evokernel.engine.problem_set.ProblemOutcome)")
+                        "the problems, by step (evokernel.engine.problem_jobs.ProblemOutcome)")
             + _step_table(report, "setup", "set-up of one problem in its GPU worker, median "
                           "(largest) seconds over the problems, by step "
                           "(evokernel.engine.session.SetupClock)"))

@@ -114,7 +114,8 @@ def check_together(problems: Sequence[Problem], files: dict[str, Path | None],
     problems (evokernel.engine.problem_set, or on the Dask cluster at the address ``dask``:
     evokernel.cluster.problem_set). Returns: one row per problem, in order.
     Raises: NoGPUError without a CUDA GPU; ClusterError when the scheduler is gone."""
-    from evokernel.engine.problem_set import ProblemJob, evaluate_problem_set
+    from evokernel.engine.problem_jobs import ProblemJob
+    from evokernel.engine.problem_set import evaluate_problem_set
     rows: list[SuiteRow | None] = [None] * len(problems)
     jobs, where = [], []
     for i, p in enumerate(problems):

@@ -23,7 +23,7 @@ from evokernel.cluster import connect as clusters
 from evokernel.cluster.evaluator import DaskEvaluator, build_settings, submit_build
 from evokernel.config import EvalConfig
 from evokernel.engine.evaluator import static_check
-from evokernel.engine.problem_set import OnProblemResult, ProblemJob, ProblemOutcome
+from evokernel.engine.problem_jobs import OnProblemResult, ProblemJob, ProblemOutcome
 from evokernel.errors import EvokernelError
 
 

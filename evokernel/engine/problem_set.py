@@ -7,18 +7,15 @@
 
 One problem at a time per GPU, as its verdicts need (a problem's reference is timed alone), but
 GPUs take problems from one queue, builds never wait for a GPU, a problem's set-up overlaps the
-builds of its candidates, and the next problems' worker processes are already started (their
-interpreter, torch and the set-up's modules loaded; no CUDA context) when the current one
-closes: they are spawned as the current problem's set-up begins, since loading those modules takes
-longer than one candidate's verdict (the first flop count alone took 4.0-4.5 s of each set-up on
-the H200, results/h200-2026-12-03-s18/chain/bench_suite.md). A set-up (fp64 truths, reference
-timing) runs only while its GPU times nothing: timing a reference beside another problem's
-candidates would measure both wrong. That is at its turn, or earlier, while the problem before
-it waits for a build: on the H200 the GPU waited ~40 s for the first builds of a 24-problem set
-while one set-up took ~6.5 s (same file). A worker set up ahead then waits, idle, with its CUDA
-context and its truths in GPU memory, until its turn; an idle context takes no GPU time, and a
-problem is kept set up ahead only if half the GPU's memory is still free after its set-up
-(MIN_FREE_FOR_AHEAD); one that fails or is let go is set up at its turn, alone.
+builds of its candidates, and the next problems' worker processes (interpreter, torch and the
+set-up's modules loaded; no CUDA context: ~8 s on the H200) are started before their turn. A
+set-up (fp64 truths, reference timing) runs only while its GPU times nothing: timing a
+reference beside another problem's candidates would measure both wrong. That is at its turn,
+or earlier, while the problem before it waits for a build (on the H200 the GPU waited ~40 s for
+the first builds of a 24-problem set, results/h200-2026-12-03-s18/chain/bench_suite.md). A
+worker set up ahead then waits, idle, with its CUDA context and truths in GPU memory, until its
+turn, and only while half the GPU's memory is still free (MIN_FREE_FOR_AHEAD); one that fails
+or is let go is set up at its turn, alone.
 
 Isolation is the local engine's: each problem has its own contained worker process
 (evokernel.engine.handle), so a hang, crash or CUDA fault costs one candidate and the worker is
@@ -40,41 +37,10 @@ from loguru import logger
 from evokernel.config import EvalConfig
 from evokernel.engine.evaluator import setup_message, static_check
 from evokernel.engine.gpu_share import NvmlProcesses, SharedGpuGuard, free_memory_fraction
+from evokernel.engine.problem_jobs import OnProblemResult, ProblemJob, ProblemOutcome
 from evokernel.errors import EvokernelError, NoGPUError
 from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason
-
-
-@dataclasses.dataclass(frozen=True)
-class ProblemJob:
-    """A problem and the candidates to judge against it (any number, in order)."""
-
-    problem: Problem
-    candidates: tuple[Candidate, ...]
-
-
-@dataclasses.dataclass
-class ProblemOutcome:
-    """What one problem gave: ``results`` in its candidates' order (empty when ``error``, the
-    set-up failure, is set), the worker's ``info`` (device, reference_ms, floors), the GPU
-    index it ran on, its wall seconds from its turn to its last verdict (a set-up made ahead
-    is not in it), and where its GPU's time went, in seconds (``steps_s``): "start" (set-up at
-    its turn, with the worker's spawn where not done ahead) or "start_ahead" (set-up while an
-    earlier problem waited for a build), "ahead" (setting up later problems while this one
-    waited), "build_wait" (the rest of that wait), "verdicts" (gating and timing), "close"
-    (ending its worker)."""
-
-    problem: str
-    results: list[EvalResult]
-    info: dict[str, Any]
-    device: int | str | None = None
-    error: str | None = None
-    wall_s: float = 0.0
-    steps_s: dict[str, float] = dataclasses.field(default_factory=dict)
-
-
-#: ``on_result(problem_name, result)``, called from the GPU threads as each verdict is ready.
-OnProblemResult = Callable[[str, EvalResult], None]
 
 
 #: A problem is kept set up ahead only if, once it is, at least this fraction of the GPU's memory
@@ -119,16 +85,21 @@ class ProblemSetRun:
         self.setup_ahead, self.free_memory = setup_ahead, free_memory
         self.spawn_ahead = max(1, spawn_ahead)
         self.builds: dict[str, Future | EvalResult] = {}
+        self.t0, self.built_at = 0.0, {}     # run()'s start; when each build ended, since then
         self.outcomes: list[ProblemOutcome | None] = [None] * len(self.jobs)
         self.todo: queue.Queue[int] = queue.Queue()
 
     def run(self) -> list[ProblemOutcome]:
+        self.t0 = time.perf_counter()
         for job in self.jobs:                        # every build, up front, in problem order
             for cand in job.candidates:
                 if cand.id not in self.builds:
                     rejected = static_check(cand)
                     self.builds[cand.id] = rejected if rejected is not None \
                         else self.builder.submit(cand)
+                    if rejected is None:
+                        self.builds[cand.id].add_done_callback(lambda f, c=cand.id: self.built_at
+                                                               .setdefault(c, self._since()))
         for i in range(len(self.jobs)):
             self.todo.put(i)
         threads = [threading.Thread(target=self._gpu_loop, args=(d,), daemon=True,
@@ -257,8 +228,15 @@ class ProblemSetRun:
         guard = self.guard_for(slot.info)
         slot.steps.update(build_wait=0.0, ahead=0.0, verdicts=0.0)
         results = [self._judge(name, c, slot, guard, line, device) for c in job.candidates]
+        built = [self.built_at.get(c.id, self._since()) for c in job.candidates
+                 if not isinstance(self.builds[c.id], EvalResult)]
         return ProblemOutcome(name, results, dict(slot.info), device,
-                              wall_s=time.perf_counter() - t0, steps_s=slot.steps)
+                              wall_s=time.perf_counter() - t0, steps_s=slot.steps,
+                              timeline_s={"turn": t0 - self.t0, "built": max(built, default=0.0),
+                                          "done": self._since()})
+
+    def _since(self) -> float:
+        return time.perf_counter() - self.t0
 
     def _set_up_one_ahead(self, current: _Slot, line: deque[_Slot], device: Any) -> bool:
         """Set up the first problem of ``line`` not yet set up, while ``current`` waits for a

@@ -12,7 +12,7 @@ import pytest
 from evokernel.bench import cli as bench_cli
 from evokernel.bench.suite import SuiteDeps, suite_jobs, suite_markdown, suite_phase
 from evokernel.config import EvalConfig
-from evokernel.engine.problem_set import ProblemOutcome
+from evokernel.engine.problem_jobs import ProblemOutcome
 from evokernel.errors import ConfigError
 from evokernel.records import EvalResult, Reason, Verdict
 
@@ -203,7 +203,9 @@ def test_each_problems_gpu_time_is_split_by_step_in_both_modes(tmp_path):
     def evaluate_set(jobs, config, warm_ahead=False):
         return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates], {}, 0,
                                steps_s={"start": 1.0 + i, "build_wait": 30.0 * (i == 0),
-                                        "verdicts": 0.5, "close": 0.25})
+                                        "verdicts": 0.5, "close": 0.25},
+                               timeline_s={"turn": 2.0 + 5 * i, "built": 40.0 + i,
+                                           "done": 45.0 + 5 * i})
                 for i, j in enumerate(jobs)]
 
     deps = dataclasses.replace(base, make_evaluator=Slow, evaluate_set=evaluate_set)
@@ -220,6 +222,11 @@ def test_each_problems_gpu_time_is_split_by_step_in_both_modes(tmp_path):
     assert "one problem on its GPU" in md
     assert "| start | 2.0 (4.0) | 2.0 (3.0) |" in md
     assert "| build_wait | - | 0.0 (30.0) |" in md
+    assert report["modes"]["together"]["timeline"] == {"first_turn_s": 2.0, "last_built_s": 42.0,
+                                                       "last_done_s": 55.0}
+    assert report["modes"]["one_at_a_time"]["timeline"] == {}
+    assert "together, seconds after the builds were submitted: the first problem's turn 2.0, " \
+        "the last build done 42.0, the last verdict 55.0" in md
 
 
 def test_a_set_up_made_ahead_is_not_counted_twice_in_the_totals():

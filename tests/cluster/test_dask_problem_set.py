@@ -12,7 +12,7 @@ pytest.importorskip("distributed", reason="the Dask evaluator's tests need the '
 from evokernel.cluster.connect import local_cluster  # noqa: E402
 from evokernel.cluster.problem_set import evaluate_problem_set_on_dask  # noqa: E402
 from evokernel.config import EvalConfig  # noqa: E402
-from evokernel.engine.problem_set import ProblemJob  # noqa: E402
+from evokernel.engine.problem_jobs import ProblemJob  # noqa: E402
 from evokernel.problem import Problem  # noqa: E402
 from evokernel.records import Candidate, Reason  # noqa: E402
 from tests.support.dask_procs import ROOT  # noqa: E402

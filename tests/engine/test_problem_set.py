@@ -10,8 +10,8 @@ import types
 from concurrent.futures import Future
 
 from evokernel.config import EvalConfig
-from evokernel.engine.problem_set import (AHEAD_SETUP_TIMEOUT_S, ProblemJob, ProblemSetRun,
-                                          evaluate_problem_set)
+from evokernel.engine.problem_jobs import ProblemJob
+from evokernel.engine.problem_set import AHEAD_SETUP_TIMEOUT_S, ProblemSetRun, evaluate_problem_set
 from evokernel.errors import ProblemError
 from evokernel.problem import Problem
 from evokernel.records import Candidate, EvalResult, Reason, Verdict
@@ -267,6 +267,14 @@ def test_while_a_build_runs_the_next_problems_are_set_up_at_most_setup_ahead(tmp
     assert outcomes[0].steps_s["build_wait"] >= 0.5
     for n in "abcde":                                    # every worker closed, once
         assert events.count(("close", n, 0)) == 1
+
+
+def test_each_outcome_says_when_its_turn_began_its_builds_ended_and_its_verdicts_came(tmp_path):
+    jobs = [job(tmp_path, n, "1") for n in "abc"]
+    outcomes, _ = fake_run(tmp_path, jobs, builder=slow_a)     # a's build: 1 s; the rest at once
+    a, b, c = (o.timeline_s for o in outcomes)
+    assert a["turn"] < 0.5 and 0.9 <= a["built"] <= a["done"]
+    assert b["built"] < 0.5 < a["done"] <= b["turn"] < b["done"] <= c["turn"] < c["done"]
 
 
 def test_nothing_is_set_up_ahead_without_free_memory_or_when_asked_not_to(tmp_path):

@@ -184,6 +184,7 @@ def test_check_all_by_default_evaluates_the_set_together(monkeypatch):
     """Without an evaluator factory, check_all hands every problem with a candidate to
     evaluate_problem_set at once and maps its outcomes back to rows, in order."""
     from evokernel.engine import problem_set
+    from evokernel.engine.problem_jobs import ProblemOutcome
     problems = suite_problems(["softmax", "matmul", "layernorm", "conv2d"])
     seeds = candidate_files(problems, None)
     files = dict(seeds, matmul=None)
@@ -196,12 +197,12 @@ def test_check_all_by_default_evaluates_the_set_together(monkeypatch):
             c = j.candidates[0]
             assert c.source == seeds[j.problem.name].read_text() and c.operator == "check"
             if j.problem.name == "layernorm":
-                out.append(problem_set.ProblemOutcome("layernorm", [], {}, 0,
-                                                      error="layernorm.py: cannot set up"))
+                out.append(ProblemOutcome("layernorm", [], {}, 0,
+                                          error="layernorm.py: cannot set up"))
                 continue
             r = EvalResult(candidate_id=c.id, verdict=Verdict.ACCEPT, reason=Reason.OK,
                            reference_ms=2.0, candidate_ms=1.0)
-            out.append(problem_set.ProblemOutcome(j.problem.name, [r], {"device": "x"}, 0))
+            out.append(ProblemOutcome(j.problem.name, [r], {"device": "x"}, 0))
         return out
     monkeypatch.setattr(problem_set, "evaluate_problem_set", together)
     rows = check_all(problems, files, EvalConfig(), placement={"devices": [0, 1]})
@@ -244,11 +245,12 @@ def test_check_all_on_dask_starts_one_local_cluster_for_all(monkeypatch):
                      ("matmul", {"dask": "tcp://127.0.0.1:1"})]
     assert [r.correct for r in rows] == [True, True]
     from evokernel.cluster import problem_set
+    from evokernel.engine.problem_jobs import ProblemOutcome
     sets = []
 
     def on_dask(jobs, config, address):
         sets.append(([j.problem.name for j in jobs], address))
-        return [problem_set.ProblemOutcome(j.problem.name, [EvalResult(
+        return [ProblemOutcome(j.problem.name, [EvalResult(
             candidate_id=j.candidates[0].id, verdict=Verdict.ACCEPT, reason=Reason.OK,
             reference_ms=2.0, candidate_ms=1.0)], {}, "tcp://w") for j in jobs]
     monkeypatch.setattr(problem_set, "evaluate_problem_set_on_dask", on_dask)
