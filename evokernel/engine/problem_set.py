@@ -85,7 +85,7 @@ class ProblemSetRun:
         self.setup_ahead, self.free_memory = setup_ahead, free_memory
         self.spawn_ahead = max(1, spawn_ahead)
         self.builds: dict[str, Future | EvalResult] = {}
-        self.t0, self.built_at = 0.0, {}     # run()'s start; when each build ended, since then
+        self.t0, self.built_at = 0.0, {}     # run()'s start; candidate id -> its build's end
         self.outcomes: list[ProblemOutcome | None] = [None] * len(self.jobs)
         self.todo: queue.Queue[int] = queue.Queue()
 
@@ -146,10 +146,11 @@ class ProblemSetRun:
             logger.exception("problem set: closing a GPU worker failed")
 
     def _gpu_loop(self, device: Any) -> None:
-        """Problems from the queue, one at a time on ``device``: the next one's worker spawned
-        as the current one's set-up begins (after it, for the GPU's first problem, whose
-        set-up saves the measured peaks the next workers are given); while the current one
-        waits for a build (the GPU idle), later ones set up (``setup_ahead``)."""
+        """Problems from the queue, one at a time on ``device``: the next ones' workers kept
+        loading (``_top_up``) from the moment the current one's set-up begins (after it, for
+        the GPU's first problem, whose set-up saves the measured peaks the next workers are
+        given); while the current one waits for a build (the GPU idle), later ones set up
+        (``setup_ahead``)."""
         line: deque[_Slot] = deque()
         slot: _Slot | None = None
         first = True
