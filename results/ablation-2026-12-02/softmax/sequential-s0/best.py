@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s0 for problem softmax
-# candidate ae5b31f6b571669d, generation 4, operator idea; speedup 2.012x over eager (1.0518 ms -> 0.5228 ms, 107% of floor)
-# idea: [compute] Shorten the per-element instruction chain between the max exchange and the sum push, which is the latency that each row's critical path waits on. First, replace nanmax (compare + isnan + select) everywhere (the 16-value register max, warp_max and the cross-cluster combine) with one inline-PTX `max.NaN.f32` (sm_80+, propagates NaN like PyTorch). Second, replace expf(v - gm) with one FFMA plus exp2f: precompute `ms = -gm * 1.4426950408889634f` once per row, compute `e = exp2f(fmaf(v, 1.4426950408889634f, ms))` (exp2f without ftz keeps denormals, 2 ulp), and accumulate the row sum with 4 independent partial sums (one per float4 component) instead of 2, so the 16 FFMA/EX2/FADD chains overlap. The output stays `e * inv` with `inv` computed once per row, and there is still no fast-math flag.
+# candidate a5ad10f96312a194, generation 7, operator idea; speedup 2.075x over eager (1.0519 ms -> 0.5070 ms, 106% of floor)
+# idea: [memory] Add a second, deeper prefetch level through L2 that costs no registers: right after the single exchange wait, when srow[p] gives rq (the row this cluster will process two iterations later), threads tid < NV of every CTA with rq < rows each issue one TMA L2 prefetch `asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(x + (long long)rq*FAST_COLS + 4*(tid*STRIDE4 + rank*THREADS)), "r"(THREADS*16))` covering that CTA's contiguous 16 KiB chunk k=tid of the row (4 chunks = its whole 64 KiB slice; about 16 MiB in flight chip-wide, well within the 60 MiB L2). The existing register prefetch of the next row (nb) then mostly hits L2 instead of HBM, so HBM always has a full row of reads queued per SM even while a CTA waits on its exchange or drains its stores; gate it with `#define L2_PREFETCH 1 // tune: 0 1` and leave the arithmetic, layout and 64-register budget unchanged, so the outputs are bit-identical.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s0/best.py
 """Softmax (dim=1), NVRTC form.
 
@@ -30,13 +30,14 @@ namespace cg = cooperative_groups;
 constexpr int THREADS = 1024;     // tune: 512 1024
 constexpr int CLUSTER = 4;        // tune: 4 8
 constexpr int CTAS_PER_SM = 1;    // tune: 1 2
+#define L2_PREFETCH 1             // tune: 0 1
 constexpr int FAST_COLS = 65536;
 constexpr int NWARPS = THREADS / 32;
 constexpr int STRIDE4 = CLUSTER * THREADS;                  // float4 stride between a thread's vectors
 constexpr int NV = FAST_COLS / (4 * STRIDE4);               // float4 per thread per row
 constexpr int NPART = CLUSTER * NWARPS;                     // partials received per reduction
-constexpr unsigned MAX_BYTES = (unsigned)(NPART + 1) * 4u;  // + the broadcast row index
-constexpr unsigned SUM_BYTES = (unsigned)NPART * 4u;
+// one exchange per row: NPART (max, sum) pairs + the broadcast row index
+constexpr unsigned XCH_BYTES = (unsigned)(2 * NPART + 1) * 4u;
 static_assert(NV * 4 * STRIDE4 == FAST_COLS, "FAST_COLS must split evenly");
 static_assert(NV >= 1, "need at least one float4 per thread");
 static_assert(NWARPS <= 32 && CLUSTER <= 32, "one lane per warp / per rank");
@@ -58,6 +59,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
+}
+
+// The exp2 offset used for a partial whose max is m: exp(v - m) = 2^(v*log2e + off(m)).
+// Sender and receiver evaluate this same function, so both see the identical float and the
+// rescale exp2f(off(gm) - off(m_i)) matches exactly what the sums and the outputs used.
+// An all -inf partial gets offset 0 (its exps are exactly 0, not NaN).
+__device__ __forceinline__ float exp_offset(float m) {
+    const float NEG_INF_ = -__int_as_float(0x7f800000);
+    return (m == NEG_INF_) ? 0.0f : m * -1.4426950408889634f;
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -105,8 +115,7 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
     __shared__ float ssum[2][NPART];
     __shared__ int srow[2];
     __shared__ int init_rows[2];
-    __shared__ __align__(8) unsigned long long bar_max[2];
-    __shared__ __align__(8) unsigned long long bar_sum[2];
+    __shared__ __align__(8) unsigned long long bar_xch[2];
 
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned rank = cluster.block_rank();
@@ -117,21 +126,16 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
     const bool leader_warp = (rank == 0u) && (warp == 0);
     const float NEG_INF = -__int_as_float(0x7f800000);
 
-    const unsigned a_bmax = smem_addr(&bar_max[0]);   // + 8 * parity slot
-    const unsigned a_bsum = smem_addr(&bar_sum[0]);
+    const unsigned a_bar = smem_addr(&bar_xch[0]);   // + 8 * parity slot
 
     // ---- prologue: barriers (armed for their first use), first rows of this cluster ----
     int q = 0;   // leader only: the row index to broadcast in the next iteration
     if (tid == 0) {
-        mbar_init(a_bmax, 1u);
-        mbar_init(a_bmax + 8u, 1u);
-        mbar_init(a_bsum, 1u);
-        mbar_init(a_bsum + 8u, 1u);
+        mbar_init(a_bar, 1u);
+        mbar_init(a_bar + 8u, 1u);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        mbar_expect(a_bmax, MAX_BYTES);
-        mbar_expect(a_bmax + 8u, MAX_BYTES);
-        mbar_expect(a_bsum, SUM_BYTES);
-        mbar_expect(a_bsum + 8u, SUM_BYTES);
+        mbar_expect(a_bar, XCH_BYTES);
+        mbar_expect(a_bar + 8u, XCH_BYTES);
         if (rank == 0u) {
             const int b = atomicAdd(ctr, 3);
             init_rows[0] = b;
@@ -169,7 +173,7 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
             for (int k = 0; k < NV; ++k) nb[k] = xn[base + k * STRIDE4];
         }
 
-        // ---- max: warp partials pushed to every CTA of the cluster ----
+        // ---- per-warp (local) max and sum of exp: no cluster wait in between ----
         // 4 independent max chains (one per float4 component), combined as a tree.
         float m0 = v[0].x, m1 = v[0].y, m2 = v[0].z, m3 = v[0].w;
 #pragma unroll
@@ -179,60 +183,75 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
             m2 = nanmax(m2, v[k].z);
             m3 = nanmax(m3, v[k].w);
         }
-        const float m = warp_max(nanmax(nanmax(m0, m1), nanmax(m2, m3)));
+        const float mw = warp_max(nanmax(nanmax(m0, m1), nanmax(m2, m3)));
+
+        // exp(v - mw) = 2^(v*log2e + cw): one FFMA + EX2 per element, rounded once near zero.
+        // v is kept unchanged: the store recomputes the exp against the row's offset.
+        const float LOG2E = 1.4426950408889634f;
+        const float cw = exp_offset(mw);
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            s0 += exp2f(fmaf(v[k].x, LOG2E, cw));
+            s1 += exp2f(fmaf(v[k].y, LOG2E, cw));
+            s2 += exp2f(fmaf(v[k].z, LOG2E, cw));
+            s3 += exp2f(fmaf(v[k].w, LOG2E, cw));
+        }
+        const float sw = warp_sum((s0 + s1) + (s2 + s3));
+
+        // ---- one exchange: (mw, sw) of every warp (+ the next row index) to every CTA ----
         int qq = 0;
         if (leader_warp) qq = __shfl_sync(0xffffffffu, q, 0);
-        const unsigned bm = a_bmax + 8u * p;
+        const unsigned bx = a_bar + 8u * p;
         if (lane < CLUSTER) {
-            const unsigned rbar = mapa_rank(bm, (unsigned)lane);
-            st_async_u32(mapa_rank(smem_addr(&smax[p][rank * NWARPS + warp]), (unsigned)lane),
-                         __float_as_uint(m), rbar);
+            const unsigned rbar = mapa_rank(bx, (unsigned)lane);
+            const int slot = (int)rank * NWARPS + warp;
+            st_async_u32(mapa_rank(smem_addr(&smax[p][slot]), (unsigned)lane),
+                         __float_as_uint(mw), rbar);
+            st_async_u32(mapa_rank(smem_addr(&ssum[p][slot]), (unsigned)lane),
+                         __float_as_uint(sw), rbar);
             if (leader_warp)
                 st_async_u32(mapa_rank(smem_addr(&srow[p]), (unsigned)lane), (unsigned)qq, rbar);
         }
         if (leader) q = atomicAdd(ctr, 1);          // consumed one iteration later
-        mbar_wait(bm, par);
-        if (tid == 0) mbar_expect(bm, MAX_BYTES);   // arm this barrier's next use
+        mbar_wait(bx, par);
+        if (tid == 0) mbar_expect(bx, XCH_BYTES);   // arm this barrier's next use
 
+        // ---- combine: gm = max m_i, gs = sum s_i * 2^(cg - c_i) ----
+        float mi[CLUSTER], si[CLUSTER];
         float t = NEG_INF;
         if (lane < NWARPS) {
 #pragma unroll
-            for (int r = 0; r < CLUSTER; ++r) t = nanmax(t, smax[p][r * NWARPS + lane]);
+            for (int r = 0; r < CLUSTER; ++r) {
+                mi[r] = smax[p][r * NWARPS + lane];
+                si[r] = ssum[p][r * NWARPS + lane];
+                t = nanmax(t, mi[r]);
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < CLUSTER; ++r) { mi[r] = NEG_INF; si[r] = 0.0f; }
         }
-        const float gm = warp_max(t);
         const int rq = srow[p];
-
-        // ---- sum of exp (kept in registers) ----
-        // exp(v - gm) = 2^(v*log2e - gm*log2e): one FFMA + EX2 per element. The rounding of
-        // ms is the same for the whole row and cancels in the normalization; the FFMA result
-        // is rounded once, near zero, so it stays accurate on offset data.
-        const float LOG2E = 1.4426950408889634f;
-        const float ms = -gm * LOG2E;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            v[k].x = exp2f(fmaf(v[k].x, LOG2E, ms));
-            v[k].y = exp2f(fmaf(v[k].y, LOG2E, ms));
-            v[k].z = exp2f(fmaf(v[k].z, LOG2E, ms));
-            v[k].w = exp2f(fmaf(v[k].w, LOG2E, ms));
-            s0 += v[k].x;
-            s1 += v[k].y;
-            s2 += v[k].z;
-            s3 += v[k].w;
+#if L2_PREFETCH
+        // ---- L2 prefetch of the row two iterations ahead (no registers held) ----
+        // This CTA's slice of a row is NV contiguous chunks of THREADS float4 each:
+        // chunk k starts at float4 index k*STRIDE4 + rank*THREADS (16-byte aligned,
+        // THREADS*16 bytes long). One thread per chunk issues a bulk L2 prefetch.
+        if (tid < NV && rq < rows) {
+            const float* src = x + (long long)rq * FAST_COLS
+                             + 4LL * (long long)(tid * STRIDE4 + (int)rank * THREADS);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                         :: "l"(src), "r"((unsigned)(THREADS * 16)));
         }
-        const float s = warp_sum((s0 + s1) + (s2 + s3));
-        const unsigned bs = a_bsum + 8u * p;
-        if (lane < CLUSTER) {
-            st_async_u32(mapa_rank(smem_addr(&ssum[p][rank * NWARPS + warp]), (unsigned)lane),
-                         __float_as_uint(s), mapa_rank(bs, (unsigned)lane));
-        }
-        mbar_wait(bs, par);
-        if (tid == 0) mbar_expect(bs, SUM_BYTES);
-
+#endif
+        const float gm = warp_max(t);
+        const float cg = exp_offset(gm);
         float u = 0.0f;
-        if (lane < NWARPS) {
 #pragma unroll
-            for (int r = 0; r < CLUSTER; ++r) u += ssum[p][r * NWARPS + lane];
+        for (int r = 0; r < CLUSTER; ++r) {
+            // an all -inf partial contributes 0 (its rescale could be inf or NaN)
+            const float term = si[r] * exp2f(cg - exp_offset(mi[r]));
+            u += (mi[r] == NEG_INF) ? 0.0f : term;
         }
         const float gs = warp_sum(u);
         const float inv = 1.0f / gs;
@@ -241,10 +260,10 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             float4 o;
-            o.x = v[k].x * inv;
-            o.y = v[k].y * inv;
-            o.z = v[k].z * inv;
-            o.w = v[k].w * inv;
+            o.x = exp2f(fmaf(v[k].x, LOG2E, cg)) * inv;
+            o.y = exp2f(fmaf(v[k].y, LOG2E, cg)) * inv;
+            o.z = exp2f(fmaf(v[k].z, LOG2E, cg)) * inv;
+            o.w = exp2f(fmaf(v[k].w, LOG2E, cg)) * inv;
             yr[base + k * STRIDE4] = o;
         }
 

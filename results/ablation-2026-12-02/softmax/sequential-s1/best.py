@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s1 for problem softmax
-# candidate 998a42931e0432cd, generation 5, operator idea; speedup 1.684x over eager (1.0517 ms -> 0.6245 ms, 132% of floor)
-# idea: [parallelism] Move the row slice from registers to shared memory so that far more independent blocks fit on each SM and their load, reduce and store phases overlap: use CLUSTER=8 blocks of THREADS=256 (grid 8*rows, non-persistent). Each block's 8192-float (32 KB) slice goes into a static `__shared__ __align__(128) float4 stage[2048]`, filled in one shot by thread 0 through a single-use mbarrier (init + fence.mbarrier_init + __syncthreads, arrive.expect_tx of the clamped slice bytes, then 4 x 8 KB `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`, everyone waits on parity 0). After that, max, in-place e = exp(v - m_b) with the pairwise block sum, the DSMEM (m, s) exchange and `y = e * scale` with `__stcs` all stream over the stage (8 float4 per thread, stride 256, tail entries masked to -inf / skipped), so each thread needs only about 40 registers. With `__launch_bounds__(256, BLOCKS_PER_SM)` and `BLOCKS_PER_SM = 6; // tune: 4 5 6` (6 x ~33 KB smem, 48 warps/SM), each SM has 6 staggered rows in flight (192 KB of loads) instead of 2 lock-stepped 64 KB register slices. That closes the gaps where both resident blocks sit in reductions or cluster.sync with no HBM traffic, which is why the kernel moves bytes at only 75% of the measured bandwidth.
+# candidate 148ab6e2799a0e34, generation 8, operator idea; speedup 1.747x over eager (1.0515 ms -> 0.6017 ms, 126% of floor)
+# idea: [async] Pipeline each block's own load against its max pass by replacing the single all-slice mbarrier with one mbarrier per TMA chunk. Use NCHUNK = 32768 / CHUNK_BYTES barriers (`__shared__ __align__(8) unsigned long long bar[NCHUNK]`, CHUNK_BYTES tune 4096 8192). Thread 0 inits all of them (count 1) with a single fence.mbarrier_init + __syncthreads. Then, in chunk order, it does `mbarrier.arrive.expect_tx` on bar[c] with that chunk's clamped byte count n_c, and issues its `cp.async.bulk` only when n_c > 0; arming empty tail chunks with tx 0 completes them at once, so no wait can deadlock. In the max pass, before touching float4 k (j = k*THREADS + tid), each thread waits on parity 0 of every barrier up to chunk ((k+1)*THREADS*16 - 1) / CHUNK_BYTES. Do this with a compile-time unrolled 'already waited' index, and keep the existing j < nslice masking. The first 4-8 KB are reduced while the remaining 24-28 KB are still in flight, which shortens each block's load-to-cluster.sync critical path (and so the time its 32 KB of smem sits idle) without adding registers or shared memory, keeping 6 blocks/SM.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s1/best.py
 """Softmax (dim=1), NVRTC form.
 
@@ -85,17 +85,19 @@ __global__ void softmax_row_kernel(const float* __restrict__ x, float* __restric
 constexpr int CLUSTER = 8;          // blocks per row (fixed: 8 keeps a block's 32 KB slice in static smem)
 constexpr int THREADS = 256;        // tune: 128 256 512
 constexpr int BLOCKS_PER_SM = 6;    // tune: 4 5 6
-constexpr int CHUNK_BYTES = 8192;   // tune: 4096 8192 16384 32768
+constexpr int CHUNK_BYTES = 4096;   // tune: 4096 8192 16384 32768
 constexpr int ROW_CAP = 65536;      // max row length the fast path handles
 constexpr int SLICE_VEC = ROW_CAP / (4 * CLUSTER);   // float4 per block slice (2048 = 32 KB)
 constexpr int VEC = SLICE_VEC / THREADS;             // float4 per thread
 constexpr int NWARPS = THREADS / 32;
+constexpr int NCHUNK = (SLICE_VEC * 16) / CHUNK_BYTES;   // one single-use mbarrier per TMA chunk
 // Minimum resident blocks requested from ptxas, clamped to the SM's 2048-thread limit.
 constexpr int LB_BLOCKS = (BLOCKS_PER_SM * THREADS > 2048) ? (2048 / THREADS) : BLOCKS_PER_SM;
 static_assert(VEC >= 1 && VEC * THREADS == SLICE_VEC, "bad fast-path sizes");
 static_assert(THREADS % 32 == 0, "THREADS must be a multiple of 32");
 static_assert(SLICE_VEC * 16 <= 40 * 1024, "stage must fit in static shared memory");
 static_assert(CHUNK_BYTES > 0 && CHUNK_BYTES % 16 == 0, "bulk copy size must be a multiple of 16");
+static_assert((SLICE_VEC * 16) % CHUNK_BYTES == 0 && NCHUNK >= 1, "chunks must tile the slice");
 static_assert(LB_BLOCKS >= 1, "bad launch bounds");
 
 __device__ __forceinline__ float nan_max(float a, float b) {
@@ -140,7 +142,7 @@ __device__ __forceinline__ void tma_load_1d(unsigned dst, const void* src, unsig
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, LB_BLOCKS)
 softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, long long cols) {
     __shared__ __align__(128) float4 stage[SLICE_VEC];
-    __shared__ __align__(8) unsigned long long bar;
+    __shared__ __align__(8) unsigned long long bar[NCHUNK];
     __shared__ float s_max[NWARPS];
     __shared__ float s_sum[NWARPS];
     __shared__ float2 s_pair;
@@ -159,32 +161,40 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
     nv = nv < 0 ? 0 : (nv > (long long)SLICE_VEC ? (long long)SLICE_VEC : nv);
     const int nslice = (int)nv;                           // float4 of the slice inside the row
     const unsigned slice_bytes = (unsigned)nslice * 16u;
-    const unsigned bar_a = smem_addr(&bar);
+    const unsigned bar_a = smem_addr(bar);   // barrier c lives at bar_a + 8 * c
     const unsigned stage_a = smem_addr(stage);
 
-    // ---- single read of x: one-shot TMA bulk copy of the slice into the smem stage ----
+    // ---- single read of x: chunked TMA bulk copies, one single-use mbarrier per chunk ----
     if (tid == 0) {
-        mbar_init(bar_a, 1u);
+#pragma unroll
+        for (int c = 0; c < NCHUNK; ++c) mbar_init(bar_a + 8u * (unsigned)c, 1u);
         fence_mbar_init();
     }
     __syncthreads();
-    if (nslice > 0) {   // uniform per block
-        if (tid == 0) {
-            mbar_arrive_expect_tx(bar_a, slice_bytes);
-            const char* src = reinterpret_cast<const char*>(x + row * cols + vbase * 4);
-            for (unsigned off = 0; off < slice_bytes; off += (unsigned)CHUNK_BYTES) {
-                const unsigned n = (slice_bytes - off < (unsigned)CHUNK_BYTES)
-                                       ? (slice_bytes - off) : (unsigned)CHUNK_BYTES;
-                tma_load_1d(stage_a + off, src + off, n, bar_a);
-            }
+    if (tid == 0) {
+        // Every chunk barrier is armed, in chunk order; empty tail chunks are armed with tx 0,
+        // which completes their phase at once, so no later wait can deadlock.
+        const char* src = reinterpret_cast<const char*>(x + row * cols + vbase * 4);
+#pragma unroll
+        for (int c = 0; c < NCHUNK; ++c) {
+            const unsigned off = (unsigned)c * (unsigned)CHUNK_BYTES;
+            const unsigned rem = (slice_bytes > off) ? (slice_bytes - off) : 0u;
+            const unsigned n = (rem < (unsigned)CHUNK_BYTES) ? rem : (unsigned)CHUNK_BYTES;
+            const unsigned b = bar_a + 8u * (unsigned)c;
+            mbar_arrive_expect_tx(b, n);
+            if (n > 0u) tma_load_1d(stage_a + off, src + off, n, b);
         }
-        mbar_wait(bar_a, 0u);
     }
 
-    // ---- block max (tail entries are skipped, i.e. count as -inf) ----
+    // ---- block max, pipelined against the load: before touching float4 k, wait on every chunk
+    //      barrier up to the one holding its last byte (tail entries are skipped, i.e. -inf) ----
     float m = NEG_INF;
+    int waited = 0;   // chunks already waited on (a compile-time value once the loop is unrolled)
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
+        const int need = ((k + 1) * THREADS * 16 - 1) / CHUNK_BYTES;
+#pragma unroll
+        for (; waited <= need; ++waited) mbar_wait(bar_a + 8u * (unsigned)waited, 0u);
         const int j = k * THREADS + tid;
         if (j < nslice) {
             const float4 t = stage[j];
