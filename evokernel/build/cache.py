@@ -14,7 +14,7 @@ goes through ``_LoadInlinePatch``, which:
    folder, so a killed build leaves no lock behind;
 3. names the extension ``<name>_<key[:12]>``, so many candidates coexist in one process;
 4. loads a finished build (marker file present) straight from its ``.so``, without ninja;
-5. with ``trim_headers``, builds ``cuda_sources`` with a light stand-in for ``#include
+5. with ``trim_headers``, builds ``cuda_sources`` and main.cpp with light stand-ins for ``#include
    <torch/extension.h>`` (2.2-2.4x faster ``.cu`` compiles; evokernel.build.headers), and
    ``Builder`` (evokernel.build.builder) builds the source as written when that build fails;
 6. with ``ptxas_report``, compiles with ``-Xptxas -v`` and keeps each kernel's registers,
@@ -48,7 +48,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from loguru import logger
 
-from evokernel.build.headers import LIGHT_HEADER, LIGHT_HEADER_NAME, trim_extension_include
+from evokernel.build.headers import (LIGHT_HEADER, LIGHT_HEADER_NAME, LIGHT_MAIN, LIGHT_MAIN_NAME,
+                                     light_main, trim_extension_include)
 from evokernel.build.ptxas import parse_ptxas, resources_from_json, resources_to_json
 
 MARKER = "evokernel_built.json"     # written into a build folder once its module has loaded
@@ -294,12 +295,16 @@ class _LoadInlinePatch:
         if build_dir.exists():
             shutil.rmtree(build_dir)                 # partial build of a killed process
         build_dir.mkdir(parents=True)
-        trimmed = False                              # only a build that runs is trimmed
+        cu = main = False                            # only a build that runs is trimmed
         if self.trim_headers and not a.get("no_implicit_headers"):
-            a["cuda_sources"], trimmed = trim_extension_include(a.get("cuda_sources"))
-        call["trimmed"] = trimmed
-        if trimmed:                                  # beside cuda.cu, for its #include "..."
-            (build_dir / LIGHT_HEADER_NAME).write_text(LIGHT_HEADER)
+            a["cuda_sources"], cu = trim_extension_include(a.get("cuda_sources"))
+            a.update(light := light_main(a))
+            main = bool(light)
+        for written, name, text in ((cu, LIGHT_HEADER_NAME, LIGHT_HEADER),
+                                    (main, LIGHT_MAIN_NAME, LIGHT_MAIN)):
+            if written:                              # beside cuda.cu, main.cpp
+                (build_dir / name).write_text(text)
+        call["trimmed"] = trimmed = cu or main
         if self.announce:
             print(f"evokernel: building {module_name} in {build_dir}"
                   + (" (light headers in place of <torch/extension.h>)" if trimmed else ""),

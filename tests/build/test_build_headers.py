@@ -1,4 +1,4 @@
-"""The light stand-in for <torch/extension.h> in cuda_sources (evokernel.build.headers) and the
+"""The light stand-ins for <torch/extension.h> in cuda_sources and main.cpp (evokernel.build.headers) and the
 Builder's build of the source as written when a light build fails (no nvcc needed here; the
 seed build in test_seed_build.py compiles one for real)."""
 from __future__ import annotations
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from evokernel.build.builder import Builder
-from evokernel.build.headers import (LIGHT_HEADER, LIGHT_INCLUDE, NEEDS_FULL,
+from evokernel.build.headers import (CUDA_IMPLICIT, LIGHT_HEADER, LIGHT_HEADER_NAME, LIGHT_INCLUDE,
+                                     LIGHT_MAIN, LIGHT_MAIN_NAME, NEEDS_FULL, light_main,
                                      trim_extension_include)
-from evokernel.build.cache import extension_key
+from evokernel.build.cache import extension_key, patched_load_inline
 from evokernel.records import Candidate, Reason
 
 KERNEL = "#include <torch/extension.h>\n#include <cuda_runtime.h>\n__global__ void k() {}\n"
@@ -51,7 +52,11 @@ def test_trim_keeps_lists_as_lists():
                                   "# /* x */ ifdef FOO\n#endif",
                                   "#define S(x) #x\nconst char* v = S(PY_VERSION_HEX);",
                                   'const char* s = R"DOC(\n#include <torch/extension.h>\n)DOC";',
-                                  "using namespace ::torch;"])
+                                  "using namespace ::torch;",
+                                  # the review of 2026-12-04's: ATen/Parallel.h is full-only
+                                  "using namespace at;\nint divup(int x, int y);",
+                                  "using namespace c10;", "#\\  \nifdef FOO\n#endif",
+                                  "\f#ifdef FOO\n#endif", "int a;\r#ifdef FOO\r#endif\r"])
 def test_sources_that_may_need_the_full_header_keep_it(uses):
     src = KERNEL + uses + "\n"
     assert trim_extension_include(src) == (src, False)
@@ -147,3 +152,89 @@ def test_trim_headers_off_builds_once_as_written(tmp_path, monkeypatch):
     r, trims = _build(tmp_path, monkeypatch, [(False, 'error: identifier "x" is undefined')],
                       trim=False)
     assert trims == [False] and not r.ok
+
+
+DECL = "torch::Tensor k(torch::Tensor x);"
+
+
+def _main(**kw):
+    """light_main of a call with load_inline's defaults (as the build cache binds them)."""
+    return light_main({"cpp_sources": DECL, "cuda_sources": KERNEL, "functions": ["k"],
+                       "no_implicit_headers": False, "sycl_sources": None, "use_pch": False,
+                       **kw})
+
+
+def test_light_main_replaces_load_inlines_own_include():
+    kw = _main()
+    assert kw == {"no_implicit_headers": True,
+                  "cpp_sources": [f'#include "{LIGHT_MAIN_NAME}"', DECL],
+                  "cuda_sources": [*CUDA_IMPLICIT, KERNEL]}
+
+
+@pytest.mark.parametrize("kw", [
+    {"cpp_sources": "#include <torch/extension.h>\n" + DECL},     # the source's own include
+    {"cpp_sources": DECL + "\nnamespace py = pybind11;"},         # NEEDS_FULL
+    {"cpp_sources": DECL + "\n#ifdef WITH_X\n#endif"},
+    {"cpp_sources": "torch::nn::Linear make();"},
+    {"cpp_sources": "using namespace at;\nstatic int divup(int x, int y);"},  # vs at::divup
+    {"cpp_sources": "using namespace ::c10;"},
+    {"cpp_sources": "#\\ \nif X\nint f();\n#endif"},            # a splice with a blank
+    {"cpp_sources": "\f#if X\nint f();\n#endif"},                 # a form feed before #
+    {"cpp_sources": "int f();\r#ifdef X\rint g();\r#endif"},     # \r line ends
+    {"functions": None},                                           # binds itself
+    {"no_implicit_headers": True},                                 # the caller's own headers
+    {"sycl_sources": "int s();"}, {"use_pch": True}])
+def test_light_main_leaves_the_full_header_where_it_may_be_needed(kw):
+    assert _main(**kw) == {}
+
+
+def test_light_main_needs_a_torch_that_takes_no_implicit_headers():
+    kw = {"cpp_sources": DECL, "cuda_sources": KERNEL, "functions": ["k"]}
+    assert light_main(kw) == {}                                   # not a parameter: as written
+
+
+@pytest.mark.parametrize("cuda", [None, "", []])
+def test_light_main_writes_no_cuda_cu_where_load_inline_writes_none(cuda):
+    """load_inline writes cuda.cu only for non-empty cuda_sources ("" included)."""
+    assert _main(cuda_sources=cuda)["cuda_sources"] == []
+
+
+def test_the_light_main_header_adds_no_standard_header():
+    """g++'s <torch/extension.h> lacks <cfloat>: a source using FLT_MAX must fail with the
+    light main.cpp as it does as written (a review, 2026-12-04), not pass only here."""
+    includes = [ln for ln in LIGHT_MAIN.splitlines() if ln.startswith("#include")]
+    assert includes == ["#include <torch/types.h>", "#include <torch/python.h>"]
+
+
+def _written(tmp_path, monkeypatch, trim, **kw):
+    """The main.cpp and cuda.cu that load_inline writes through the build cache's patch (the
+    compile itself stubbed out), and the headers written beside them."""
+    from torch.utils import cpp_extension
+    monkeypatch.setattr(cpp_extension, "_jit_compile", lambda *a, **k: object())
+    with patched_load_inline(tmp_path / f"cache-{trim}", "9.0", trim_headers=trim) as patch:
+        cpp_extension.load_inline(name=f"k_{tmp_path.name}_{trim}", functions=["k"], **kw)
+    folder = Path(patch.calls[-1]["build_dir"])
+    return {f.name: f.read_text() for f in folder.iterdir() if f.suffix in (".cpp", ".cu", ".h")}
+
+
+def test_light_main_changes_one_line_of_main_cpp_and_nothing_in_cuda_cu(tmp_path, monkeypatch):
+    """Trimmed, main.cpp differs from load_inline's own only in its first line (so compiler
+    messages keep their line numbers), and cuda.cu only in the extension include's line."""
+    src = dict(cpp_sources=DECL, cuda_sources=KERNEL)
+    full = _written(tmp_path, monkeypatch, False, **src)
+    light = _written(tmp_path, monkeypatch, True, **src)
+    assert set(full) == {"main.cpp", "cuda.cu"}
+    assert set(light) == {"main.cpp", "cuda.cu", LIGHT_MAIN_NAME, LIGHT_HEADER_NAME}
+    f, m = full["main.cpp"].splitlines(), light["main.cpp"].splitlines()
+    assert f[0] == "#include <torch/extension.h>" and m[0] == f'#include "{LIGHT_MAIN_NAME}"'
+    assert f[1:] == m[1:] and any("torch::wrap_pybind_function(k)" in ln for ln in m)
+    assert light["cuda.cu"] == full["cuda.cu"].replace("#include <torch/extension.h>",
+                                                       LIGHT_INCLUDE)
+    assert "#include <torch/python.h>" in light[LIGHT_MAIN_NAME]
+
+
+def test_a_source_needing_the_full_header_is_written_as_load_inline_would(tmp_path, monkeypatch):
+    src = dict(cpp_sources="#include <torch/extension.h>\n" + DECL, cuda_sources=KERNEL)
+    light = _written(tmp_path, monkeypatch, True, **src)
+    assert light["main.cpp"].splitlines()[:2] == ["#include <torch/extension.h>"] * 2
+    assert LIGHT_MAIN_NAME not in light

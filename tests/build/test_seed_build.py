@@ -27,6 +27,8 @@ def test_softmax_seed_builds_for_sm90(tmp_path):
     assert not result.cache_hit and result.build_s > 1.0
     marker = json.loads((Path(result.build_dirs[0]) / MARKER).read_text())
     assert marker["headers_trimmed"], "the seed's <torch/extension.h> should have been left out"
+    main_cpp = (Path(result.build_dirs[0]) / "main.cpp").read_text()
+    assert main_cpp.startswith('#include "evokernel_light_main.h"'), main_cpp[:200]
     with Builder(tmp_path / "cache", arch="9.0", timeout_s=900, workers=1) as builder:
         (again,) = builder.build_many([Candidate(source=seed)])
     assert again.ok and again.cache_hit and again.build_s < 1.0
