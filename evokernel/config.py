@@ -170,7 +170,7 @@ class EvalConfig:
     require_sandbox: bool = False             # an error when containment is incomplete
     build_timeout_s: float = 600.0
     eval_timeout_s: float = 300.0
-    build_workers: int | None = None          # None: one per two CPU cores
+    build_workers: int | None = None          # None: three per four CPU cores
     trim_headers: bool = True                 # light stand-in for <torch/extension.h>
     cache_dir: str | None = None              # None: default_cache_dir()
     baseline: str = "eager"                   # fitness baseline: "eager" or "compile"

@@ -120,7 +120,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="build caches the bench empties and fills (default "
                         "$TMPDIR/evokernel-bench)")
     p.add_argument("--build-workers", type=_positive_int, default=None,
-                   help="engine builds at once (default: the engine's, cores // 2)")
+                   help="engine builds at once (default: the engine's, 3 per 4 cores)")
     p.add_argument("--compile-baseline", action="store_true",
                    help="also time torch.compile in every evaluator set-up")
     p.add_argument("--do-bench-rep-ms", type=float, default=100.0,

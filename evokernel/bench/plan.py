@@ -24,8 +24,8 @@ NVRTC_PHASES = ("nvrtc_cold", "nvrtc_warm")
 FORM_PHASES = ("cold", "warm", "nvrtc_cold", "nvrtc_warm")
 DEFAULT_PHASES = ("cold", "warm", "fidelity", "sequential")
 HEADLINE = ("softmax", "layernorm", "matmul", "conv2d", "conv2d_relu_maxpool")
-#: 32 candidates in whole waves of 8 builds (16 cores / MAX_JOBS=2): layernorm has 120 distinct
-#: assignments, conv2d_relu_maxpool 25, matmul 8, softmax and conv2d only 5 each.
+#: 32 candidates (builds 12 at a time on 16 cores; 8 before session 20): layernorm has 120
+#: distinct assignments, conv2d_relu_maxpool 25, matmul 8, softmax and conv2d only 5 each.
 DEFAULT_THROUGHPUT = (("layernorm", 16), ("conv2d_relu_maxpool", 8), ("matmul", 8))
 TARGET_COLD_PER_MIN = 10.0
 TARGET_WARM_PER_MIN = 60.0
@@ -172,7 +172,7 @@ class BenchPlan:
     fidelity_problems, fidelity_runs: seed kernels re-measured, and in how many evaluators.
     budget_s: wall seconds the whole bench may take; later phases adapt to what is left.
     work_dir: build caches (``cold/``, ``sequential/``), deleted and refilled by the bench.
-    build_workers: the engine's builds at once (None: its default, cores // 2).
+    build_workers: the engine's builds at once (None: its default, 3 per 4 cores).
     compile_baseline: also time torch.compile in every worker set-up (off: it costs set-up time
         and is not part of what is measured here).
     do_bench_warmup_ms, do_bench_rep_ms, do_bench_rounds: triton.testing.do_bench's warm-up and
@@ -252,9 +252,12 @@ class CostModel:
     build_single_s: one build alone, <torch/extension.h> trimmed (EvalConfig.trim_headers):
         31.2 s (the bench's sequential layernorm seed, results/h200-2026-11-30-s2); with the
         header it was 54.5 s (run_softmax generation 0, results/h200-2026-11-30).
-    build_crowding: per-build latency = build_single_s x max(1, crowding x 2 x workers / cores):
-        8 trimmed builds at once (MAX_JOBS=2 each) on 16 cores took 30-36 s
-        (prebuild_trimmed.txt) -> 1.1.
+    build_cores: the cores one build keeps busy on average: MAX_JOBS=2, but main.cpp ends
+        first, (12.4 + 35) / 35 ~ 1.35 (evokernel.build.builder.default_build_workers).
+    build_crowding: per-build latency = build_single_s x max(1, crowding x build_cores x
+        workers / cores): 8 trimmed builds at once on 16 cores took 30-36 s
+        (prebuild_trimmed.txt), i.e. no crowding at 8; 1.1 beyond the cores (a guess: 12 at
+        once on 16 cores are not measured yet).
     eval_s: gate + time of one candidate (run stores: 0.3-3.9 s, mostly 0.4-1.5 s).
     setup_s, setup_cpu_s: one CudaEvaluator's set-up (worker start, fp64 truths, floor;
         9-16 s from the runs' logs) and the CPU seconds of it that k concurrent set-ups share
@@ -272,6 +275,7 @@ class CostModel:
     """
 
     build_single_s: float = 31.0
+    build_cores: float = 1.35
     build_crowding: float = 1.1
     eval_s: float = 1.2
     setup_s: float = 12.0
@@ -284,7 +288,8 @@ class CostModel:
     nvrtc_build_s: float = 1.0
 
     def build_latency_s(self, workers: int, cores: int) -> float:
-        return self.build_single_s * max(1.0, self.build_crowding * 2 * workers / max(1, cores))
+        return self.build_single_s * max(1.0, self.build_crowding * self.build_cores * workers
+                                         / max(1, cores))
 
     def setup_group_s(self, k: int, cores: int) -> float:
         return 0.0 if k <= 0 else self.setup_s + self.setup_cpu_s * (k - 1) / max(1, cores)
@@ -301,7 +306,8 @@ def machine_cores(cores: int | None = None) -> int:
 
 def engine_build_workers(plan: BenchPlan, cores: int) -> int:
     """The build workers the engine will use: the plan's, else EvalConfig's default."""
-    return plan.build_workers or max(1, cores // 2)
+    from evokernel.build.builder import default_build_workers
+    return plan.build_workers or default_build_workers(cores)
 
 
 def estimate_wall_s(plan: BenchPlan, cost: CostModel = CostModel(), *, cores: int | None = None,

@@ -136,6 +136,17 @@ def _tail(text: str) -> str:
     return "\n".join(lines)[-LOG_TAIL_CHARS:]
 
 
+def default_build_workers(cores: int | None = None) -> int:
+    """Builds at once on a host of ``cores`` CPU cores (default: this one's): three per four
+    cores, at least 1. A build runs ninja with MAX_JOBS=2, main.cpp beside cuda.cu, but main.cpp
+    ends first (12.4 s against cuda.cu's ~35 s with light headers, evokernel.build.headers), so
+    a build keeps ~1.35 cores busy: at one build per two cores, session 20's H200 host (16
+    cores, 8 builds) ran at 100% CPU while both compiled and at 50-60% after, in every wave
+    (results/h200-2026-12-04-s20/README.md, chain/vmstat.txt)."""
+    n = cores if cores is not None else (os.cpu_count() or 2)
+    return max(1, n * 3 // 4)
+
+
 class Builder:
     """Builds candidates in parallel subprocesses, with a cache and a timeout per build.
 
@@ -144,7 +155,7 @@ class Builder:
         arch: GPU arch to build for, "9.0" style (see ``device_arch``).
         timeout_s: wall-clock limit of one build, subprocess start-up included.
         workers: builds at once (threads, each waiting on one subprocess running ninja with
-            MAX_JOBS=2); None: max(1, cpu_count // 2).
+            MAX_JOBS=2); None: ``default_build_workers()``.
         trim_headers: build ``cuda_sources`` with a light stand-in for ``#include
             <torch/extension.h>`` (evokernel.build.headers); a light build that fails is
             built again from the original source, and its flags say so.
@@ -166,7 +177,7 @@ class Builder:
         arch_digits(arch)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        workers = workers if workers is not None else max(1, (os.cpu_count() or 2) // 2)
+        workers = workers if workers is not None else default_build_workers()
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.cache_dir = Path(cache_dir).resolve()

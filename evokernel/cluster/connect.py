@@ -20,7 +20,6 @@ open a CUDA context themselves (the engine's worker process they start does).
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Sequence
 
 from evokernel.errors import ClusterError, ConfigError
@@ -107,7 +106,3 @@ def _takes_n_workers(client: Any) -> bool:
     import inspect
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
-
-def default_build_workers() -> int:
-    """One build per two CPU cores, as the local engine's Builder (at least 1)."""
-    return max(1, (os.cpu_count() or 2) // 2)

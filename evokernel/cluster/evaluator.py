@@ -50,7 +50,7 @@ class DaskEvaluator:
         devices: with a local cluster, the GPU indices, one worker each (default: all).
         log_dir: where the engine workers' logs go, on their hosts (default <cache>/logs).
         compile_ms: a torch.compile baseline (ms) to reuse (a resumed run's).
-        build_workers: with a local cluster, builds at once (default: one per two cores).
+        build_workers: with a local cluster, builds at once (default: 3 per 4 cores).
         entry: the engine worker module the GPU slots start (tests pass a fake one).
         worker_env: extra environment of the engine workers (tests: PYTHONPATH).
         connect_timeout_s: how long to wait for the scheduler and a GPU worker.
@@ -70,6 +70,7 @@ class DaskEvaluator:
                  worker_env: dict[str, str] | None = None, connect_timeout_s: float = 60.0,
                  gpu_workers: Sequence[str] | None = None):
         clusters.require_distributed()
+        from evokernel.build.builder import default_build_workers
         from evokernel.cluster import tasks
         self.problem, self.config, self._tasks = problem, config, tasks
         self._cluster = None
@@ -78,7 +79,7 @@ class DaskEvaluator:
             devices = list(devices) if devices is not None else _local_devices()
             self._cluster = clusters.local_cluster(
                 devices, build_workers or config.build_workers
-                or clusters.default_build_workers(), env=worker_env)
+                or default_build_workers(), env=worker_env)
             scheduler = self._cluster
         try:
             self._start(scheduler, devices, log_dir, compile_ms, entry, worker_env,

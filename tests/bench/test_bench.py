@@ -227,10 +227,11 @@ def test_estimate_formulas_on_the_h200(tmp_path):
     plan = _plan(tmp_path)
     cost = CostModel()
     est = estimate_wall_s(plan, cost, cores=16, sequential_n=2)
-    wave = cost.build_latency_s(8, 16)
-    assert wave == pytest.approx(cost.build_single_s * 1.1)  # 8 builds on 16 cores: ~34 s
-    assert est["cold"] == pytest.approx(cost.setup_group_s(3, 16) + 4 * wave
-                                        + 3 * 8 * cost.eval_s)
+    assert cost.build_latency_s(8, 16) == cost.build_single_s       # 8 on 16 cores: 30-36 s
+    wave = cost.build_latency_s(12, 16)                 # the default on 16 cores: 12 at once
+    assert wave == pytest.approx(cost.build_single_s * 1.1 * 1.35 * 12 / 16)
+    assert est["cold"] == pytest.approx(cost.setup_group_s(3, 16) + 4 * wave   # 16 = 12 + 4
+                                        + (12 + 8 + 8) * cost.eval_s)
     assert est["warm"] == pytest.approx(cost.setup_group_s(3, 16) + 32 * cost.eval_s)
     assert est["sequential"] == pytest.approx(2 * cost.setup_s
                                               + 2 * (cost.build_single_s + cost.eval_s))
@@ -590,7 +591,7 @@ def test_dry_run_prints_the_estimate_without_a_gpu(tmp_path, capsys):
             "--work-dir", str(tmp_path / "w")]
     assert bench.cmd_bench(_args(argv)) == 0
     out = capsys.readouterr().out
-    assert "estimate on 16 cores with 8 build workers" in out and "total ~" in out
+    assert "estimate on 16 cores with 12 build workers" in out and "total ~" in out
     assert "32 candidates" in out
     assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
 

@@ -317,3 +317,9 @@ def test_in_worker_build_step_is_not_blamed_on_the_candidate():
         g = {"step": step["step"], "probe": tamper._called_from_candidate}
         exec(compile("blamed = step(probe)\ndirect = probe()\n", "<candidate t>", "exec"), g)
         assert g["direct"] and not g["blamed"]
+
+
+def test_default_build_workers_keep_the_cores_busy_without_doubling_them():
+    from evokernel.build.builder import default_build_workers
+    assert [default_build_workers(c) for c in (1, 2, 4, 16, 128)] == [1, 1, 3, 12, 96]
+    assert default_build_workers() >= 1
