@@ -167,8 +167,9 @@ def setup_summary(setups: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
     if not names:
         return {}
     col = {n: [float(st[n]) for st in setups.values() if n in st] for n in names}
-    # a set-up made ahead is already in the earlier problem's "ahead": counted once
-    totals = [sum(float(v) for k, v in st.items() if k != "start_ahead")
+    # a set-up made ahead is already in the earlier problem's "ahead": counted once; a worker's
+    # "load_wait" is waiting, not set-up work (and not a SetupClock step)
+    totals = [sum(float(v) for k, v in st.items() if k not in ("start_ahead", "load_wait"))
               for st in setups.values() if st]
     steps = {n: {"median_s": round(statistics.median(v), 3), "max_s": round(max(v), 3)}
              for n, v in col.items()}

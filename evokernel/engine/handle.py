@@ -110,7 +110,7 @@ class WorkerHandle:
         try:
             self._check_open("set-up")       # a close() since the spawn emptied the pipes
             assert setup is not None and send is not None
-            protocol.send(send, setup)
+            protocol.send(send, {**setup, "sent_at": time.time()})   # the worker's load_wait
         except OSError:
             self._check_open("set-up")
             raise

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from multiprocessing.connection import Connection
 
@@ -87,7 +88,11 @@ def main(argv: list[str]) -> int:
         if kind == "setup":
             try:
                 config = RunConfig.from_dict(msg["config"]).evaluation
+                waited = max(0.0, time.time() - msg.get("sent_at", time.time()))
                 session = Session(msg["problem"], config, msg["arch"])
+                # the seconds its set-up waited for this worker to load (preload, above)
+                session.info["setup_steps_s"] = {"load_wait": round(waited, 4),
+                                                 **session.info["setup_steps_s"]}
                 protocol.send(conn_out, {"kind": "ready", "info": session.info})
             except Exception:
                 protocol.send(conn_out, {"kind": "setup_error",

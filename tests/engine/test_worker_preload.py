@@ -66,3 +66,50 @@ def test_a_worker_asked_to_stop_exits_at_once_without_the_interpreters_teardown(
         os.close(from_r)
     assert proc.returncode == 0
     assert out == "candidate output"               # flushed, and no atexit handler ran
+
+
+LOADER = """
+import sys, time
+from evokernel.engine import worker
+
+class FakeSession:                      # no GPU here: only the worker's own bookkeeping is tested
+    def __init__(self, problem, config, arch):
+        self.info = {"setup_steps_s": {"problem_module": 0.1}}
+
+worker.preload = lambda: time.sleep(1.5)            # a worker still loading when its turn comes
+worker.Session = FakeSession
+sys.exit(worker.main(["worker"] + sys.argv[1:]))
+"""
+
+
+def test_a_set_up_says_how_long_it_waited_for_its_worker_to_load():
+    """The set-up's first step, "load_wait": from the driver sending it to the worker reading it,
+    i.e. the worker's load still to go at its turn (issue 16: session 20's "start" was ~1 s
+    longer than the worker's own set-up steps, unexplained)."""
+    import os
+    import time
+    from multiprocessing.connection import Connection
+
+    from evokernel.config import RunConfig
+    from evokernel.engine import protocol
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", LOADER, str(to_r), str(from_w)], cwd=ROOT,
+                            pass_fds=(to_r, from_w),
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    os.close(to_r)
+    os.close(from_w)
+    send, recv = Connection(to_w, readable=False), Connection(from_r, writable=False)
+    try:
+        protocol.send(send, {"kind": "setup", "config": RunConfig().to_dict(), "arch": "9.0",
+                             "problem": {"name": "p"}, "sent_at": time.time()})
+        reply = protocol.recv(recv)
+        protocol.send(send, {"kind": "stop"})
+        assert proc.wait(timeout=300) == 0
+    finally:
+        send.close()
+        recv.close()
+    assert reply["kind"] == "ready", reply
+    steps = reply["info"]["setup_steps_s"]
+    assert list(steps) == ["load_wait", "problem_module"]
+    assert 1.3 < steps["load_wait"] < 60
