@@ -321,7 +321,7 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
                          devices: Sequence[int] | None = None, log_dir: Path | None = None,
                          on_result: OnProblemResult | None = None,
                          entry: str = "evokernel.engine.worker", warm_ahead: bool = False,
-                         setup_ahead: int = 4, spawn_ahead: int = 3) -> list[ProblemOutcome]:
+                         setup_ahead: int = 8, spawn_ahead: int = 3) -> list[ProblemOutcome]:
     """Build every candidate of every problem up front, then gate and time each problem's
     candidates on this host's GPUs, one problem per GPU at a time (see the module docstring).
 
@@ -337,7 +337,9 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
             together_warm) shows that harmless.
         setup_ahead: at most this many later problems set up while the current one waits for
             a build (the GPU timing nothing), each then waiting in its worker until its turn,
-            while half the GPU's memory is free (MIN_FREE_FOR_AHEAD). 0: each at its turn.
+            while half the GPU's memory is free (MIN_FREE_FOR_AHEAD). 0: each at its turn. 8
+            since session 20, whose first build wait (63 s) held only 4 set-ups, each slowed
+            to ~8 s by the builds (now below the workers: builder.BUILD_NICENESS).
         spawn_ahead: workers of later problems kept spawned (loading torch and the set-up's
             modules; no CUDA context) per GPU; at least 1 (see ``_top_up``).
     Returns: one ProblemOutcome per job, in the jobs' order; a problem that cannot be set up

@@ -323,3 +323,20 @@ def test_default_build_workers_keep_the_cores_busy_without_doubling_them():
     from evokernel.build.builder import default_build_workers
     assert [default_build_workers(c) for c in (1, 2, 4, 16, 128)] == [1, 1, 3, 12, 96]
     assert default_build_workers() >= 1
+
+
+def test_builds_run_below_the_gpu_workers(tmp_path):
+    """Compilers at niceness +10: the GPU workers' set-ups and timings come first."""
+    import shutil
+    import subprocess
+    import sys
+
+    from evokernel.build.builder import BUILD_NICENESS, Builder
+    with Builder(tmp_path, arch="9.0", timeout_s=60, workers=1) as b:
+        cmd, env = b.command(tmp_path, "trim")
+    assert cmd[:3] == [shutil.which("nice"), "-n", str(BUILD_NICENESS)]
+    assert cmd[3:6] == [sys.executable, "-m", "evokernel.build.entry"]
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["MAX_JOBS"] == "2"
+    probe = cmd[:3] + [sys.executable, "-c", "import os; print(os.nice(0))"]
+    import os
+    assert int(subprocess.check_output(probe, text=True)) == min(19, os.nice(0) + BUILD_NICENESS)
