@@ -259,7 +259,8 @@ def _setup_lines(report: Mapping[str, Any]) -> list[str]:
                         "the problems, by step (evokernel.engine.problem_jobs.ProblemOutcome)")
             + _step_table(report, "setup", "set-up of one problem in its GPU worker, median "
                           "(largest) seconds over the problems, by step "
-                          "(evokernel.engine.session.SetupClock)"))
+                          "(evokernel.engine.session.SetupClock; load_wait: its wait for the "
+                          "worker to load, not in the total)"))
 
 
 def _step_table(report: Mapping[str, Any], key: str, title: str) -> list[str]:

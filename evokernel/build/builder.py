@@ -163,7 +163,7 @@ class Builder:
         timeout_s: wall-clock limit of one build, subprocess start-up included.
         workers: builds at once (threads, each waiting on one subprocess running ninja with
             MAX_JOBS=2); None: ``default_build_workers()``.
-        trim_headers: build ``cuda_sources`` with a light stand-in for ``#include
+        trim_headers: build ``cuda_sources`` and main.cpp with light stand-ins for ``#include
             <torch/extension.h>`` (evokernel.build.headers); a light build that fails is
             built again from the original source, and its flags say so.
         sandbox: how build workers are contained (evokernel.sandbox.support.probe; the
@@ -326,7 +326,11 @@ class Builder:
 
     def command(self, work: Path, mode: str) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of one build in ``work`` (see ``_run``): in its
-        jail where there is one, at niceness BUILD_NICENESS where ``nice`` exists."""
+        jail where there is one, below the GPU workers (BUILD_NICENESS: ``nice`` for the build's
+        processes, and the same for its session's autogroup, since with the kernel's scheduler
+        autogroups each session competes as one and a nice value counts only inside it: two
+        busy loops in two sessions shared a core 50/50 at nice 0 and 10, 90/10 with the
+        autogroup's nice set too; a review, 2026-12-04)."""
         env = worker_env()
         env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
                    TORCH_CUDA_ARCH_LIST=self.arch,
@@ -336,8 +340,13 @@ class Builder:
         if self.jail is not None:                    # evokernel.sandbox.workers
             self.jail.prepare(work)
             cmd, env = self.jail.command(cmd, work, env)
-        nice = shutil.which("nice")
-        return ([nice, "-n", str(BUILD_NICENESS), *cmd] if nice else cmd), env
+        nice, sh = shutil.which("nice"), shutil.which("sh")
+        if nice:
+            cmd = [nice, "-n", str(BUILD_NICENESS), *cmd]
+        if sh:          # _run's start_new_session makes it the session's leader, as it execs
+            cmd = [sh, "-c", f'echo {BUILD_NICENESS} > /proc/self/autogroup 2>/dev/null; '
+                   'exec "$@"', "sh", *cmd]
+        return cmd, env
 
     def _run(self, work: Path, mode: str, spent_s: float = 0.0,
              keep_fds: Sequence[int] = ()) -> tuple[bool, int | None]:

@@ -43,7 +43,7 @@ rules (``cpp_sources`` that match NEEDS_FULL or include the full header themselv
 LIGHT_MAIN adds no standard header of its own: g++'s full set lacks ``<cfloat>`` and
 ``<cinttypes>``, which LIGHT_HEADER has, and a source using ``FLT_MAX`` must fail here as it
 would as written, not pass only under evokernel (the same review).
-18.8 s -> 12.4 s for main.cpp on this project's 2-core machine (g++ 13, torch 2.14.1, two runs
+18.8 s -> 12.4 s for main.cpp on this project's 2-core machine (g++ 12.2, torch 2.14.1, two runs
 each, 2026-12-04), which matters where builds share the CPU: in session 20's suite bench eight
 builds at once kept the H200 host's 16 cores busy while their main.cpp and cuda.cu compiled
 side by side (results/h200-2026-12-04-s20/README.md).
@@ -112,7 +112,10 @@ _COMMENT = r"/\*(?:.|\n)*?\*/"
 _BLANK = r"[ \t\f\v]"
 NEEDS_FULL = re.compile(
     r"pybind11|PYBIND11|\bpy::|\b(?:Py|PY)_\w|\bPyObject\b|\bst_[amc]time\b|"
-    r"\busing\s+namespace\s+(?:::)?(?:torch|at|c10)\b|"
+    rf"\busing(?:\s|{_COMMENT}|//[^\n]*\n)+namespace(?:\s|{_COMMENT}|//[^\n]*\n)+(?:::)?"
+    r"(?:torch|at|c10)\b|"                                # and reopened or aliased:
+    rf"\bnamespace(?:\s|{_COMMENT})+(?:torch|at|c10)\b|\bnamespace\s+\w+\s*=\s*(?:::)?"
+    r"(?:torch|at|c10)\b|"
     r"torch::(nn|optim|jit|autograd|data|serialize|python|cuda::|fft|linalg|special|nested|"
     r"sparse)\b|TORCH_LIBRARY|TORCH_EXTENSION_NAME|R\"|"
     rf"(?:^|\*/){_BLANK}*(?:{_COMMENT}{_BLANK}*)*(?:#|%:)(?:{_BLANK}|{_COMMENT})*"

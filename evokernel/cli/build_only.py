@@ -81,8 +81,8 @@ def require_nvcc() -> Path:
 
 def build_kernels(files: Sequence[tuple[Path, str]], arch: str,
                   config: EvalConfig | None = None) -> list[BuildReport]:
-    """Build each (path, source) for ``arch``, ``config.build_workers`` at a time (None: one
-    per two cores), each within ``config.build_timeout_s``. Returns: reports in input order.
+    """Build each (path, source) for ``arch``, ``config.build_workers`` at a time (None: three
+    per four cores), each within ``config.build_timeout_s``. Returns: reports in input order.
     Raises: EvokernelError without nvcc; ValueError for a malformed arch."""
     from evokernel.build.builder import Builder
     from evokernel.records import Candidate, Reason

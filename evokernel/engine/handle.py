@@ -38,7 +38,8 @@ class WorkerHandle:
     """A GPU worker process for one problem on one GPU.
 
     Args:
-        setup: the setup message sent to every (re)spawned worker.
+        setup: the setup message sent to every (re)spawned worker (``start`` adds
+            "sent_at", time.time() as it sends, for the worker's "load_wait").
         env: its environment (no API keys: see evokernel.build.builder.worker_env).
         log_path: file that receives the worker's stdout/stderr (candidate prints included).
         device_index: the GPU it owns (CUDA_VISIBLE_DEVICES).

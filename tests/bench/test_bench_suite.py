@@ -236,3 +236,11 @@ def test_a_set_up_made_ahead_is_not_counted_twice_in_the_totals():
                          "c": {"start": 2.0, "verdicts": 1.0}})
     assert got["median_total_s"] == 3.0                  # 6, 1, 3: b's set-up is in a's ahead
     assert got["steps"]["start_ahead"] == {"median_s": 3.0, "max_s": 3.0}
+
+
+def test_a_workers_load_wait_is_shown_but_not_counted_as_set_up():
+    from evokernel.bench.suite import setup_summary
+    got = setup_summary({"a": {"load_wait": 5.0, "gate_reference": 1.0},
+                         "b": {"load_wait": 0.0, "gate_reference": 2.0}})
+    assert got["median_total_s"] == 1.5                  # 1 and 2: the waits left out
+    assert got["steps"]["load_wait"] == {"median_s": 2.5, "max_s": 5.0}

@@ -56,7 +56,10 @@ def test_trim_keeps_lists_as_lists():
                                   # the review of 2026-12-04's: ATen/Parallel.h is full-only
                                   "using namespace at;\nint divup(int x, int y);",
                                   "using namespace c10;", "#\\  \nifdef FOO\n#endif",
-                                  "\f#ifdef FOO\n#endif", "int a;\r#ifdef FOO\r#endif\r"])
+                                  "\f#ifdef FOO\n#endif", "int a;\r#ifdef FOO\r#endif\r",
+                                  "using /* x */ namespace at;", "using // x\nnamespace c10;",
+                                  "namespace A = ::at;\nusing namespace A;",
+                                  "namespace at { int divup(int x, int y); }"])
 def test_sources_that_may_need_the_full_header_keep_it(uses):
     src = KERNEL + uses + "\n"
     assert trim_extension_include(src) == (src, False)

@@ -212,3 +212,18 @@ def test_start_takes_a_shorter_set_up_timeout_and_then_the_worker_is_gone(tmp_pa
         assert w.start()["pid"] > 0                      # the whole timeout: set up
     finally:
         w.close()
+
+
+def test_every_set_up_sent_says_when_it_was_sent(tmp_path):
+    """The driver's half of the worker's "load_wait": a fresh "sent_at" on every (re)spawn."""
+    w = handle(tmp_path)
+    try:
+        t0 = time.time()
+        first = w.start()
+        t1 = time.time()
+        w.kill()
+        again = w.start()
+        t2 = time.time()
+    finally:
+        w.close()
+    assert t0 <= first["sent_at"] <= t1 <= again["sent_at"] <= t2

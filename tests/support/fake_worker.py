@@ -29,7 +29,8 @@ def main(argv):
                 return 2
             if msg["problem"]["name"] == "slow":     # a real set-up: torch, truths, baselines
                 time.sleep(3)
-            protocol.send(conn_out, {"kind": "ready", "info": {"pid": os.getpid(), "warmed": warmed}})
+            protocol.send(conn_out, {"kind": "ready", "info": {"pid": os.getpid(), "warmed": warmed,
+                                                               "sent_at": msg.get("sent_at")}})
         elif msg["kind"] == "warm":
             warmed = True
         elif msg["kind"] == "eval":
