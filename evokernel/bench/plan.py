@@ -253,7 +253,7 @@ class CostModel:
         31.2 s (the bench's sequential layernorm seed, results/h200-2026-11-30-s2); with the
         header it was 54.5 s (run_softmax generation 0, results/h200-2026-11-30).
     build_cores: the cores one build keeps busy on average: MAX_JOBS=2, but main.cpp ends
-        first, (12.4 + 35) / 35 ~ 1.35 (evokernel.build.builder.default_build_workers).
+        first, (12.4 + 35) / 35 ~ 1.35 (evokernel.build.host.default_build_workers).
     build_crowding: per-build latency = build_single_s x max(1, crowding x build_cores x
         workers / cores): 8 trimmed builds at once on 16 cores took 30-36 s
         (prebuild_trimmed.txt), i.e. no crowding at 8; 1.1 beyond the cores (a guess: 12 at
@@ -306,7 +306,7 @@ def machine_cores(cores: int | None = None) -> int:
 
 def engine_build_workers(plan: BenchPlan, cores: int) -> int:
     """The build workers the engine will use: the plan's, else EvalConfig's default."""
-    from evokernel.build.builder import default_build_workers
+    from evokernel.build.host import default_build_workers
     return plan.build_workers or default_build_workers(cores)
 
 

@@ -35,6 +35,7 @@ from loguru import logger
 
 from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
+from evokernel.build.host import below_gpu, default_build_workers
 from evokernel.jsonfile import write_json_atomic
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, exclusive_lock,
                                    extension_key, load_candidate, patched_load_inline,
@@ -136,24 +137,6 @@ def _tail(text: str) -> str:
     return "\n".join(lines)[-LOG_TAIL_CHARS:]
 
 
-#: Builds run at this niceness, below the GPU workers: session 20's set-ups made beside 8
-#: builds took 7.8 s against 3.0 s at a problem's turn (results/h200-2026-12-04-s20/README.md),
-#: and a worker timing a kernel launches it from the host. Builds still get every core the GPU
-#: side leaves idle.
-BUILD_NICENESS = 10
-
-
-def default_build_workers(cores: int | None = None) -> int:
-    """Builds at once on a host of ``cores`` CPU cores (default: this one's): three per four
-    cores, at least 1. A build runs ninja with MAX_JOBS=2, main.cpp beside cuda.cu, but main.cpp
-    ends first (12.4 s against cuda.cu's ~35 s with light headers, evokernel.build.headers), so
-    a build keeps ~1.35 cores busy: at one build per two cores, session 20's H200 host (16
-    cores, 8 builds) ran at 100% CPU while both compiled and at 50-60% after, in every wave
-    (results/h200-2026-12-04-s20/README.md, chain/vmstat.txt)."""
-    n = cores if cores is not None else (os.cpu_count() or 2)
-    return max(1, n * 3 // 4)
-
-
 class Builder:
     """Builds candidates in parallel subprocesses, with a cache and a timeout per build.
 
@@ -162,7 +145,7 @@ class Builder:
         arch: GPU arch to build for, "9.0" style (see ``device_arch``).
         timeout_s: wall-clock limit of one build, subprocess start-up included.
         workers: builds at once (threads, each waiting on one subprocess running ninja with
-            MAX_JOBS=2); None: ``default_build_workers()``.
+            MAX_JOBS=2); None: evokernel.build.host.default_build_workers().
         trim_headers: build ``cuda_sources`` and main.cpp with light stand-ins for ``#include
             <torch/extension.h>`` (evokernel.build.headers); a light build that fails is
             built again from the original source, and its flags say so.
@@ -326,11 +309,7 @@ class Builder:
 
     def command(self, work: Path, mode: str) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of one build in ``work`` (see ``_run``): in its
-        jail where there is one, below the GPU workers (BUILD_NICENESS: ``nice`` for the build's
-        processes, and the same for its session's autogroup, since with the kernel's scheduler
-        autogroups each session competes as one and a nice value counts only inside it: two
-        busy loops in two sessions shared a core 50/50 at nice 0 and 10, 90/10 with the
-        autogroup's nice set too; a review, 2026-12-04)."""
+        jail where there is one, below the GPU workers (evokernel.build.host.below_gpu)."""
         env = worker_env()
         env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
                    TORCH_CUDA_ARCH_LIST=self.arch,
@@ -340,13 +319,7 @@ class Builder:
         if self.jail is not None:                    # evokernel.sandbox.workers
             self.jail.prepare(work)
             cmd, env = self.jail.command(cmd, work, env)
-        nice, sh = shutil.which("nice"), shutil.which("sh")
-        if nice:
-            cmd = [nice, "-n", str(BUILD_NICENESS), *cmd]
-        if sh:          # _run's start_new_session makes it the session's leader, as it execs
-            cmd = [sh, "-c", f'echo {BUILD_NICENESS} > /proc/self/autogroup 2>/dev/null; '
-                   'exec "$@"', "sh", *cmd]
-        return cmd, env
+        return below_gpu(cmd), env
 
     def _run(self, work: Path, mode: str, spent_s: float = 0.0,
              keep_fds: Sequence[int] = ()) -> tuple[bool, int | None]:

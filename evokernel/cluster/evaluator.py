@@ -70,7 +70,7 @@ class DaskEvaluator:
                  worker_env: dict[str, str] | None = None, connect_timeout_s: float = 60.0,
                  gpu_workers: Sequence[str] | None = None):
         clusters.require_distributed()
-        from evokernel.build.builder import default_build_workers
+        from evokernel.build.host import default_build_workers
         from evokernel.cluster import tasks
         self.problem, self.config, self._tasks = problem, config, tasks
         self._cluster = None

@@ -336,11 +336,8 @@ def evaluate_problem_set(jobs: Sequence[ProblemJob], config: EvalConfig, *,
             candidates are timed (WorkerHandle.warm); off until the bench's suite phase (mode
             together_warm) shows that harmless.
         setup_ahead: at most this many later problems set up while the current one waits for
-            a build (the GPU timing nothing), each then waiting in its worker until its turn,
-            while half the GPU's memory is free (MIN_FREE_FOR_AHEAD). 0: each at its turn. 8
-            since session 20, whose first build wait (63 s) held only 4 set-ups, each slowed
-            to ~8 s by the builds (now below the workers: builder.BUILD_NICENESS; set-ups past
-            spawn_ahead's 3 wait for their worker's load).
+            a build (the GPU idle), each then waiting in its worker until its turn, while half
+            the GPU's memory is free (MIN_FREE_FOR_AHEAD); 0: none (8: docs/scaling.md, 7.).
         spawn_ahead: workers of later problems kept spawned (loading torch and the set-up's
             modules; no CUDA context) per GPU; at least 1 (see ``_top_up``).
     Returns: one ProblemOutcome per job, in the jobs' order; a problem that cannot be set up

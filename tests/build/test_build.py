@@ -320,7 +320,7 @@ def test_in_worker_build_step_is_not_blamed_on_the_candidate():
 
 
 def test_default_build_workers_keep_the_cores_busy_without_doubling_them():
-    from evokernel.build.builder import default_build_workers
+    from evokernel.build.host import default_build_workers
     assert [default_build_workers(c) for c in (1, 2, 4, 16, 128)] == [1, 1, 3, 12, 96]
     assert default_build_workers() >= 1
 
@@ -331,7 +331,8 @@ def test_builds_run_below_the_gpu_workers(tmp_path):
     import subprocess
     import sys
 
-    from evokernel.build.builder import BUILD_NICENESS, Builder
+    from evokernel.build.builder import Builder
+    from evokernel.build.host import BUILD_NICENESS
     with Builder(tmp_path, arch="9.0", timeout_s=60, workers=1) as b:
         cmd, env = b.command(tmp_path, "trim")
     assert cmd[:2] == [shutil.which("sh"), "-c"] and "/proc/self/autogroup" in cmd[2]
