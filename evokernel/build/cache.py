@@ -307,7 +307,9 @@ class _LoadInlinePatch:
         call["trimmed"] = trimmed = cu or main
         if self.announce:
             print(f"evokernel: building {module_name} in {build_dir}"
-                  + (" (light headers in place of <torch/extension.h>)" if trimmed else ""),
+                  + (f" (light headers in place of <torch/extension.h> in "
+                     f"{' and '.join(n for n, on in (('cuda.cu', cu), ('main.cpp', main)) if on)})"
+                     if trimmed else ""),
                   flush=True)
         t0 = time.perf_counter()
         if self.ptxas_report:

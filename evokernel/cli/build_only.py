@@ -29,6 +29,8 @@ _COMPILER = re.compile(   # nvcc: "/x/cuda.cu(49): error: ..."; gcc: "/x/main.cp
     r"^(?P<file>/\S+?)(?:\((?P<l1>\d+)\)|:(?P<l2>\d+)(?::\d+)?):\s*(?:fatal\s+)?error\b[^:]*:"
     r"\s*(?P<msg>.+)$", re.MULTILINE)
 _PTXAS = re.compile(r"^ptxas\s+(?:fatal|error)\s*:\s*(?P<msg>.+)$", re.MULTILINE)
+#: "/usr/bin/ld: cannot find -lcudart: No such file or directory" (collect2's summary left out)
+_LINKER = re.compile(r"^(?:/\S*/)?ld(?:\.\w+)?:\s*(?P<msg>.+)$", re.MULTILINE)
 _PY_FRAME = re.compile(r'File "[^"]*candidate\.py", line (?P<line>\d+)')
 _PY_ERROR = re.compile(r"^(?P<msg>[A-Za-z_][\w.]*(?:Error|Exception|Exit)\b.*)$", re.MULTILINE)
 
@@ -110,8 +112,9 @@ def build_kernels(files: Sequence[tuple[Path, str]], arch: str,
 def located_errors(path: Path, source: str, log: str) -> list[str]:
     """The errors of a failed build's ``log``, each as "PATH:LINE: error: message", LINE being
     the kernel file's; an error in a file ``load_inline`` generated that cannot be matched to a
-    line of ``source`` is named by that file's name and line. Python errors raised while the
-    module ran give the line of their last frame in the file. At most MAX_ERRORS."""
+    line of ``source`` is named by that file's name and line; the linker's errors (often the
+    toolkit's, e.g. no libcudart where CUDA_HOME points) by the linker. Python errors raised
+    while the module ran give the line of their last frame in the file. At most MAX_ERRORS."""
     lines = source.splitlines()
     out: list[str] = []
     for m in _COMPILER.finditer(log):
@@ -121,6 +124,7 @@ def located_errors(path: Path, source: str, log: str) -> list[str]:
                                           "load_inline)"
         out.append(f"{where}: error: {m['msg'].strip()}")
     out += [f"{path}: error: ptxas: {m['msg'].strip()}" for m in _PTXAS.finditer(log)]
+    out += [f"{path}: error: linker: {m['msg'].strip()}" for m in _LINKER.finditer(log)]
     if not out:
         frames = _PY_FRAME.findall(log)
         errors = _PY_ERROR.findall(log)

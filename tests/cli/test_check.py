@@ -153,6 +153,12 @@ def test_located_errors_maps_generated_lines_and_python_frames(tmp_path):
               "unexpected keyword argument 'nme'\n")
     assert build_only.located_errors(kernel, source, py_log) == [
         f"{kernel}:7: error: TypeError: load_inline() got an unexpected keyword argument 'nme'"]
+    ld_log = ("/usr/bin/ld: cannot find -lcudart: No such file or directory\n"
+              "collect2: error: ld returned 1 exit status\nninja: build stopped\n"
+              + py_log.replace("TypeError: load_inline() got an unexpected keyword argument "
+                               "'nme'", "RuntimeError: Error building extension 'x'"))
+    assert build_only.located_errors(kernel, source, ld_log) == [   # not the load_inline line
+        f"{kernel}: error: linker: cannot find -lcudart: No such file or directory"]
 
 
 def test_build_only_flags_are_checked(tmp_path, capsys):
