@@ -72,12 +72,20 @@ def default_arch() -> tuple[str, str]:
 
 
 def require_nvcc() -> Path:
-    """The nvcc that builds will use. Raises: EvokernelError when there is none."""
+    """The nvcc that builds will use. Raises: EvokernelError when there is none, or when its
+    toolkit has no CUDA runtime to link against (``load_inline`` links
+    ``-L$CUDA_HOME/lib64 -lcudart``; where CUDA_HOME is unset torch guesses it from the nvcc on
+    PATH, e.g. /usr/local for /usr/local/bin/nvcc, and every build then failed at its link)."""
     from torch.utils.cpp_extension import CUDA_HOME
-    nvcc = Path(CUDA_HOME or "/usr/local/cuda") / "bin" / "nvcc"
+    home = Path(CUDA_HOME or "/usr/local/cuda")
+    nvcc = home / "bin" / "nvcc"
     if not nvcc.is_file():
         raise EvokernelError(f"building kernels needs nvcc, and {nvcc} does not exist: set "
                              "CUDA_HOME to a CUDA toolkit (e.g. /usr/local/cuda)")
+    if not any(any((home / d).glob("libcudart.so*")) for d in ("lib64", "lib")):
+        raise EvokernelError(f"CUDA_HOME={home} has nvcc but no libcudart.so in lib64/ or lib/, "
+                             "so no build could link: set CUDA_HOME to the CUDA toolkit's root "
+                             "(e.g. /usr/local/cuda)")
     return nvcc
 
 

@@ -172,3 +172,19 @@ def test_build_only_flags_are_checked(tmp_path, capsys):
 
 def test_faults_reason_default():
     assert kernel_faults(Path("k.py"), "import torch\n")[0].reason is Reason.NO_CODE
+
+
+def test_a_cuda_home_without_the_runtime_is_named_before_any_build(tmp_path, monkeypatch):
+    """torch guesses CUDA_HOME=/usr/local from /usr/local/bin/nvcc; every build then failed at
+    its link (a new user, 2026-12-04)."""
+    from torch.utils import cpp_extension
+
+    from evokernel.errors import EvokernelError
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    with pytest.raises(EvokernelError, match="no libcudart.so in lib64/ or lib/"):
+        build_only.require_nvcc()
+    (tmp_path / "lib64").mkdir()
+    (tmp_path / "lib64" / "libcudart.so.13").write_text("")
+    assert build_only.require_nvcc() == tmp_path / "bin" / "nvcc"
