@@ -13,6 +13,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
 from evokernel.records import Candidate
 from evokernel.operators.tunables import Tunable, find_tunables, set_tunables
+from evokernel.build.host import default_build_workers
 
 PHASES = ("cold", "warm", "nvrtc_cold", "nvrtc_warm", "fidelity", "sequential", "faults")
 #: The phases that measure the throughput set (the tune variants of ``BenchPlan.throughput``).
@@ -306,7 +307,6 @@ def machine_cores(cores: int | None = None) -> int:
 
 def engine_build_workers(plan: BenchPlan, cores: int) -> int:
     """The build workers the engine will use: the plan's, else EvalConfig's default."""
-    from evokernel.build.host import default_build_workers
     return plan.build_workers or default_build_workers(cores)
 
 

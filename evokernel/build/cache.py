@@ -298,19 +298,18 @@ class _LoadInlinePatch:
         cu = main = False                            # only a build that runs is trimmed
         if self.trim_headers and not a.get("no_implicit_headers"):
             a["cuda_sources"], cu = trim_extension_include(a.get("cuda_sources"))
-            a.update(light := light_main(a))
-            main = bool(light)
-        for written, name, text in ((cu, LIGHT_HEADER_NAME, LIGHT_HEADER),
-                                    (main, LIGHT_MAIN_NAME, LIGHT_MAIN)):
-            if written:                              # beside cuda.cu, main.cpp
-                (build_dir / name).write_text(text)
-        call["trimmed"] = trimmed = cu or main
+            a.update(main_kw := light_main(a))
+            main = bool(main_kw)
+        light = [(f, name, text) for f, on, name, text in (
+            ("cuda.cu", cu, LIGHT_HEADER_NAME, LIGHT_HEADER),
+            ("main.cpp", main, LIGHT_MAIN_NAME, LIGHT_MAIN)) if on]
+        for _, name, text in light:                  # beside the file that includes it
+            (build_dir / name).write_text(text)
+        call["trimmed"] = trimmed = bool(light)
         if self.announce:
-            print(f"evokernel: building {module_name} in {build_dir}"
-                  + (f" (light headers in place of <torch/extension.h> in "
-                     f"{' and '.join(n for n, on in (('cuda.cu', cu), ('main.cpp', main)) if on)})"
-                     if trimmed else ""),
-                  flush=True)
+            print(f"evokernel: building {module_name} in {build_dir}" + (
+                  " (light headers in place of <torch/extension.h> in "
+                  f"{' and '.join(f for f, _, _ in light)})" if light else ""), flush=True)
         t0 = time.perf_counter()
         if self.ptxas_report:
             a["extra_cuda_cflags"] = list(a["extra_cuda_cflags"] or []) + ["-Xptxas", "-v"]

@@ -98,8 +98,7 @@ def _on_one_local_cluster(problems: Sequence[Problem], files: dict[str, Path | N
     if devices is None:
         import torch
         devices = list(range(torch.cuda.device_count()))
-    from evokernel.build.host import default_build_workers
-    cluster = connect.local_cluster(devices, config.build_workers or default_build_workers())
+    cluster = connect.local_cluster(devices, config.build_workers)
     try:
         return check_all(problems, files, config, one_at_a_time=one_at_a_time,
                          placement={"dask": cluster.scheduler_address})

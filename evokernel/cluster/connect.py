@@ -45,7 +45,7 @@ def require_distributed() -> Any:
     return distributed
 
 
-def local_cluster(devices: Sequence[int | str], build_workers: int, *,
+def local_cluster(devices: Sequence[int | str], build_workers: int | None = None, *,
                   env: dict[str, str] | None = None) -> Any:
     """A Dask SpecCluster on this host: one single-thread worker per GPU (``GPU=1``,
     CUDA_VISIBLE_DEVICES its device) and one build worker (``build=build_workers`` threads),
@@ -53,13 +53,17 @@ def local_cluster(devices: Sequence[int | str], build_workers: int, *,
 
     Args:
         devices: GPU indices (or UUIDs), one worker each; may be empty (builds only).
-        build_workers: builds at once (>= 1).
+        build_workers: builds at once (>= 1; None: the local engine's default,
+            evokernel.build.host.default_build_workers).
         env: extra environment of every worker (tests use it for PYTHONPATH).
     Returns: the cluster (``cluster.close()`` stops it).
     Raises: ConfigError without the dask extra; ValueError for build_workers < 1.
     """
     distributed = require_distributed()
     import dask
+
+    from evokernel.build.host import default_build_workers
+    build_workers = default_build_workers() if build_workers is None else build_workers
     if build_workers < 1:
         raise ValueError(f"build_workers must be >= 1, got {build_workers}")
     base = {"memory_limit": 0, "silence_logs": logging.ERROR, "host": "127.0.0.1",

@@ -70,7 +70,6 @@ class DaskEvaluator:
                  worker_env: dict[str, str] | None = None, connect_timeout_s: float = 60.0,
                  gpu_workers: Sequence[str] | None = None):
         clusters.require_distributed()
-        from evokernel.build.host import default_build_workers
         from evokernel.cluster import tasks
         self.problem, self.config, self._tasks = problem, config, tasks
         self._cluster = None
@@ -78,8 +77,7 @@ class DaskEvaluator:
         if scheduler is None:
             devices = list(devices) if devices is not None else _local_devices()
             self._cluster = clusters.local_cluster(
-                devices, build_workers or config.build_workers
-                or default_build_workers(), env=worker_env)
+                devices, build_workers or config.build_workers, env=worker_env)
             scheduler = self._cluster
         try:
             self._start(scheduler, devices, log_dir, compile_ms, entry, worker_env,
