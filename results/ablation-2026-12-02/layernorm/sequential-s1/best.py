@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s1 for problem layernorm
-# candidate c6745279a6d131d4, generation 3, operator idea; speedup 35.955x over eager (8.3375 ms -> 0.2319 ms, 180% of floor)
-# idea: [dtypes] Vectorize ln_chunk_stats_kernel (34% of the time, 79 us for one 268 MB read = only ~3.4 TB/s) with 128-bit loads that are held in registers for both passes: when N % 4 == 0 and x is 16-byte aligned, each thread loads its CHUNK/(4*BLOCK) float4s (CHUNK = 8192, BLOCK = 256 -> 8 float4s = 32 floats; tune ITEMS so the register array stays fully unrolled, CHUNK tune: 4096 8192 16384) with plain __ldg (not __ldcs, so lines stay in L2), sums them in FP32 into one per-thread partial, warp-shuffle + smem reduces the sum, then computes sum((v - chunk_mean)^2) from the registers without touching global memory again, so the two-pass stability is kept at the cost of a single read. Keep the scalar loop as the fallback for N % 4 != 0 or misaligned x, and have ln_normalize_vec4_kernel walk rows in reverse order (r = rows-1 down to 0) so its first ~3 rows (~48 MB) hit the L2 lines the stats pass left behind.
+# candidate 8ea6ca27d342353e, generation 12, operator idea; speedup 36.002x over eager (8.3451 ms -> 0.2318 ms, 182% of floor)
+# idea: Remap the block index of ln_chunk_stats_vec4_kernel (and the scalar stats kernel) from row-major to column-chunk-major in descending order: with rows = gridDim.x / nchunks (16 here, nchunks = 512), block b handles r = b % rows and c = nchunks - 1 - b / rows, and writes chunk_sum/chunk_m2 at index r * nchunks + c instead of b, so ln_combine_kernel stays unchanged. The stats pass then finishes on the low-column chunks of all 16 rows, so the ~50 MB of x still in L2 are columns 0..~19% of every row. ln_normalize_vec4_kernel's first wave (blocks 0..~791 = columns 0..~39%, with evict-first __ldcs/__stcs traffic) reads exactly those columns across all of its rows, about 50 MB of L2 hits instead of the ~19 MB that the current reverse-row walk gets (only 39% of the columns of rows 13-15). Put the normalize row loop back in forward order with 32-bit row offsets (r * n4 as int, since rows * n4 < 2^31 is checked in Python, with a 64-bit fallback otherwise), because row order no longer decides what hits L2.
 # check it: evokernel check layernorm results/ablation-2026-12-02/layernorm/sequential-s1/best.py
 """Layernorm, NVRTC form: two-pass statistics per (row, chunk) block, a per-row combine, then a
 column-tiled float4 normalize + affine kernel (weight/bias held in registers across all rows),
@@ -38,14 +38,21 @@ __device__ float block_reduce_sum(float v, float* sh) {
     return t;
 }
 
-// Block b handles row b / nchunks, chunk c = b % nchunks: elements [c*CHUNK, min((c+1)*CHUNK, N)).
+// Column-chunk-major, descending: with rows = gridDim.x / nchunks, block blk handles row
+// r = blk % rows, chunk c = nchunks - 1 - blk / rows: elements [c*CHUNK, min((c+1)*CHUNK, N)).
+// The last blocks to run cover the low columns of every row, so those stay in L2 for the
+// normalize pass's first wave. Results go to index b = r * nchunks + c (row-major, for combine).
 // Two passes over the chunk: its sum, then sum((x - chunk_mean)^2) (stable on offset data).
 __global__ void ln_chunk_stats_kernel(const float* __restrict__ x, long long N, long long nchunks,
                                       float* __restrict__ chunk_sum, float* __restrict__ chunk_m2) {
     __shared__ float sh[BLOCK];
-    const long long b = blockIdx.x;
-    const long long r = b / nchunks, c = b % nchunks;
-    const long long start = c * CHUNK;
+    // rows * nchunks < 2^31 is checked in Python, so 32-bit block arithmetic is exact.
+    const int blk = (int)blockIdx.x;
+    const int nch = (int)nchunks;
+    const int rows = (int)gridDim.x / nch;
+    const int r = blk % rows, c = nch - 1 - blk / rows;
+    const long long b = (long long)r * nchunks + c;  // row-major output index
+    const long long start = (long long)c * CHUNK;
     const int n = (N - start < CHUNK) ? (int)(N - start) : CHUNK;
     const float* xc = x + r * N + start;
     float s = 0.0f;
@@ -64,8 +71,10 @@ __global__ void ln_chunk_stats_kernel(const float* __restrict__ x, long long N, 
     }
 }
 
-// Vectorized stats: requires N % 4 == 0 and 16-byte aligned x. Block b handles row
-// b / nchunks, chunk c = b % nchunks: float4s [c*VCHUNK/4, min((c+1)*VCHUNK/4, N4)). Each thread
+// Vectorized stats: requires N % 4 == 0 and 16-byte aligned x. Column-chunk-major, descending
+// (as in the scalar kernel): block blk handles row r = blk % rows, chunk
+// c = nchunks - 1 - blk / rows: float4s [c*VCHUNK/4, min((c+1)*VCHUNK/4, N4)), and writes its
+// results at b = r * nchunks + c. Each thread
 // loads its STATS_ITEMS float4s once into registers (plain __ldg so the lines stay in L2 for the
 // normalize pass), then both passes (sum, then sum((v - chunk_mean)^2)) run from registers.
 __global__ void ln_chunk_stats_vec4_kernel(const float* __restrict__ x, long long N4,
@@ -73,9 +82,12 @@ __global__ void ln_chunk_stats_vec4_kernel(const float* __restrict__ x, long lon
                                            float* __restrict__ chunk_m2) {
     __shared__ float sh[BLOCK];
     constexpr int V4 = VCHUNK / 4;
-    const long long b = blockIdx.x;
-    const long long r = b / nchunks, c = b % nchunks;
-    const long long start4 = c * V4;
+    const int blk = (int)blockIdx.x;
+    const int nch = (int)nchunks;
+    const int rows = (int)gridDim.x / nch;
+    const int r = blk % rows, c = nch - 1 - blk / rows;
+    const long long b = (long long)r * nchunks + c;  // row-major output index
+    const long long start4 = (long long)c * V4;
     const int n4 = (N4 - start4 < V4) ? (int)(N4 - start4) : V4;
     const float4* xc = reinterpret_cast<const float4*>(x) + r * N4 + start4;
     float4 v[STATS_ITEMS];
@@ -142,14 +154,16 @@ __global__ void ln_combine_kernel(const float* __restrict__ chunk_sum,
 // Vectorized normalize: requires N % 4 == 0, 16-byte aligned x, y, weight, bias, N/4 < 2^30.
 // Block b owns float4 columns [b*EW_BLOCK*VEC_PER_THREAD, (b+1)*EW_BLOCK*VEC_PER_THREAD) of
 // every row; each thread keeps its VEC_PER_THREAD float4s of weight and bias in registers and
-// walks all rows, so weight/bias are read once in total. In-row offsets are 32-bit.
-__global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
-                                         const float* __restrict__ mean,
-                                         const float* __restrict__ rstd,
-                                         const float* __restrict__ weight,
-                                         const float* __restrict__ bias, float* __restrict__ y,
-                                         long long rows, long long N4) {
-    const int n4 = (int)N4;
+// walks all rows in forward order, so weight/bias are read once in total. In-row offsets are
+// 32-bit; row offsets are IdxT (int when rows * N4 < 2^31, else long long).
+template <typename IdxT>
+__device__ __forceinline__ void ln_normalize_vec4_body(const float* __restrict__ x,
+                                                       const float* __restrict__ mean,
+                                                       const float* __restrict__ rstd,
+                                                       const float* __restrict__ weight,
+                                                       const float* __restrict__ bias,
+                                                       float* __restrict__ y, IdxT rows,
+                                                       int n4) {
     const int base = (int)blockIdx.x * (EW_BLOCK * VEC_PER_THREAD) + (int)threadIdx.x;
     const float4* w4 = reinterpret_cast<const float4*>(weight);
     const float4* b4 = reinterpret_cast<const float4*>(bias);
@@ -165,11 +179,13 @@ __global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
             bv[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
-    // Reverse row order: the last rows read by the stats pass are the likeliest still in L2.
-    for (long long r = rows - 1; r >= 0; --r) {
+    // Forward row order: the stats pass ends on the low columns of every row, so the blocks of
+    // the first wave (low columns) find their x in L2 whatever the row order.
+    for (IdxT r = 0; r < rows; ++r) {
         const float m = __ldg(mean + r), rs = __ldg(rstd + r);
-        const float4* xr = reinterpret_cast<const float4*>(x) + r * N4;
-        float4* yr = reinterpret_cast<float4*>(y) + r * N4;
+        const IdxT off = r * (IdxT)n4;
+        const float4* xr = reinterpret_cast<const float4*>(x) + off;
+        float4* yr = reinterpret_cast<float4*>(y) + off;
         float4 xv[VEC_PER_THREAD];
 #pragma unroll
         for (int v = 0; v < VEC_PER_THREAD; ++v) {
@@ -190,6 +206,27 @@ __global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
             }
         }
     }
+}
+
+// 64-bit row offsets: for rows * N4 >= 2^31.
+__global__ void ln_normalize_vec4_kernel(const float* __restrict__ x,
+                                         const float* __restrict__ mean,
+                                         const float* __restrict__ rstd,
+                                         const float* __restrict__ weight,
+                                         const float* __restrict__ bias, float* __restrict__ y,
+                                         long long rows, long long N4) {
+    ln_normalize_vec4_body<long long>(x, mean, rstd, weight, bias, y, rows, (int)N4);
+}
+
+// 32-bit row offsets: requires rows * N4 < 2^31 (checked in Python).
+__global__ void ln_normalize_vec4_i32_kernel(const float* __restrict__ x,
+                                             const float* __restrict__ mean,
+                                             const float* __restrict__ rstd,
+                                             const float* __restrict__ weight,
+                                             const float* __restrict__ bias,
+                                             float* __restrict__ y, long long rows,
+                                             long long N4) {
+    ln_normalize_vec4_body<int>(x, mean, rstd, weight, bias, y, (int)rows, (int)N4);
 }
 
 // Scalar fallback: y = (x - mean[r]) * rstd[r] * weight[i] + bias[i], for row r and flat index
@@ -213,7 +250,7 @@ __global__ void ln_normalize_kernel(const float* __restrict__ x, const float* __
 
 kernels = compile_kernels(cuda_src, ["ln_chunk_stats_kernel", "ln_chunk_stats_vec4_kernel",
                                      "ln_combine_kernel", "ln_normalize_vec4_kernel",
-                                     "ln_normalize_kernel"])
+                                     "ln_normalize_vec4_i32_kernel", "ln_normalize_kernel"])
 BLOCK, CHUNK, EW_BLOCK, VEC_PER_THREAD, STATS_ITEMS = (
     kernels.constant(n) for n in ("BLOCK", "CHUNK", "EW_BLOCK", "VEC_PER_THREAD",
                                   "STATS_ITEMS"))
@@ -260,8 +297,9 @@ class ModelNew(nn.Module):
             n4 = n // 4
             per_block = EW_BLOCK * VEC_PER_THREAD
             grid = (n4 + per_block - 1) // per_block
-            kernels.ln_normalize_vec4_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y,
-                                                    rows, n4)
+            kern = (kernels.ln_normalize_vec4_i32_kernel if rows * n4 < (1 << 31)
+                    else kernels.ln_normalize_vec4_kernel)
+            kern.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n4)
         else:
             grid = (min((n + EW_BLOCK - 1) // EW_BLOCK, 1 << 30), min(rows, 65535))
             kernels.ln_normalize_kernel.launch(grid, EW_BLOCK, x, mean, rstd, w, b, y, rows, n)

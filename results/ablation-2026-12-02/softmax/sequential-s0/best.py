@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s0 for problem softmax
-# candidate a5ad10f96312a194, generation 7, operator idea; speedup 2.075x over eager (1.0519 ms -> 0.5070 ms, 106% of floor)
-# idea: [memory] Add a second, deeper prefetch level through L2 that costs no registers: right after the single exchange wait, when srow[p] gives rq (the row this cluster will process two iterations later), threads tid < NV of every CTA with rq < rows each issue one TMA L2 prefetch `asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(x + (long long)rq*FAST_COLS + 4*(tid*STRIDE4 + rank*THREADS)), "r"(THREADS*16))` covering that CTA's contiguous 16 KiB chunk k=tid of the row (4 chunks = its whole 64 KiB slice; about 16 MiB in flight chip-wide, well within the 60 MiB L2). The existing register prefetch of the next row (nb) then mostly hits L2 instead of HBM, so HBM always has a full row of reads queued per SM even while a CTA waits on its exchange or drains its stores; gate it with `#define L2_PREFETCH 1 // tune: 0 1` and leave the arithmetic, layout and 64-register budget unchanged, so the outputs are bit-identical.
+# candidate 031c0c44cb206781, generation 9, operator idea; speedup 2.078x over eager (1.0518 ms -> 0.5061 ms, 104% of floor)
+# idea: Pack each warp's cluster-exchange message into one 64-bit vector: replace the separate smax[2][NPART] and ssum[2][NPART] arrays with one `__shared__ __align__(16) float2 sxch[2][NPART]` (x = mw, y = sw), and have lanes < CLUSTER push it to each peer with a single `asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" :: "r"(mapa_rank(smem_addr(&sxch[p][slot]), lane)), "f"(mw), "f"(sw), "r"(rbar) : "memory")` instead of two u32 st.async (the leader warp still sends srow[p] as a separate u32, so XCH_BYTES = NPART*8 + 4 is unchanged). In the combine, lanes < NWARPS read each `const float2 e = sxch[p][r*NWARPS + lane]` as one 8-byte ld.shared.v2 (4 loads instead of 8 for CLUSTER=4). This halves the DSMEM transactions and complete_tx updates on each row's critical path between the sum push and the output stores, with the same 64-register budget and bit-identical FP32 results.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s0/best.py
 """Softmax (dim=1), NVRTC form.
 
@@ -87,6 +87,12 @@ __device__ __forceinline__ void st_async_u32(unsigned remote, unsigned v, unsign
                  :: "r"(remote), "r"(v), "r"(remote_bar) : "memory");
 }
 
+// One 8-byte DSMEM push (x = warp max, y = warp sum): one transaction, one complete_tx of 8 B.
+__device__ __forceinline__ void st_async_v2f32(unsigned remote, float a, float b, unsigned remote_bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                 :: "r"(remote), "f"(a), "f"(b), "r"(remote_bar) : "memory");
+}
+
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }
@@ -111,8 +117,7 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)
 softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
                           int* __restrict__ ctr, int rows, int ncl) {
-    __shared__ float smax[2][NPART];
-    __shared__ float ssum[2][NPART];
+    __shared__ __align__(16) float2 sxch[2][NPART];   // x = warp max, y = warp sum of exp
     __shared__ int srow[2];
     __shared__ int init_rows[2];
     __shared__ __align__(8) unsigned long long bar_xch[2];
@@ -206,10 +211,7 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
         if (lane < CLUSTER) {
             const unsigned rbar = mapa_rank(bx, (unsigned)lane);
             const int slot = (int)rank * NWARPS + warp;
-            st_async_u32(mapa_rank(smem_addr(&smax[p][slot]), (unsigned)lane),
-                         __float_as_uint(mw), rbar);
-            st_async_u32(mapa_rank(smem_addr(&ssum[p][slot]), (unsigned)lane),
-                         __float_as_uint(sw), rbar);
+            st_async_v2f32(mapa_rank(smem_addr(&sxch[p][slot]), (unsigned)lane), mw, sw, rbar);
             if (leader_warp)
                 st_async_u32(mapa_rank(smem_addr(&srow[p]), (unsigned)lane), (unsigned)qq, rbar);
         }
@@ -223,8 +225,9 @@ softmax_persistent_kernel(const float* __restrict__ x, float* __restrict__ y,
         if (lane < NWARPS) {
 #pragma unroll
             for (int r = 0; r < CLUSTER; ++r) {
-                mi[r] = smax[p][r * NWARPS + lane];
-                si[r] = ssum[p][r * NWARPS + lane];
+                const float2 e = sxch[p][r * NWARPS + lane];   // one ld.shared.v2
+                mi[r] = e.x;
+                si[r] = e.y;
                 t = nanmax(t, mi[r]);
             }
         } else {

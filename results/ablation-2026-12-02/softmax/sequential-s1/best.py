@@ -1,6 +1,6 @@
 # evokernel: best kernel of run sequential-s1 for problem softmax
-# candidate 148ab6e2799a0e34, generation 8, operator idea; speedup 1.747x over eager (1.0515 ms -> 0.6017 ms, 126% of floor)
-# idea: [async] Pipeline each block's own load against its max pass by replacing the single all-slice mbarrier with one mbarrier per TMA chunk. Use NCHUNK = 32768 / CHUNK_BYTES barriers (`__shared__ __align__(8) unsigned long long bar[NCHUNK]`, CHUNK_BYTES tune 4096 8192). Thread 0 inits all of them (count 1) with a single fence.mbarrier_init + __syncthreads. Then, in chunk order, it does `mbarrier.arrive.expect_tx` on bar[c] with that chunk's clamped byte count n_c, and issues its `cp.async.bulk` only when n_c > 0; arming empty tail chunks with tx 0 completes them at once, so no wait can deadlock. In the max pass, before touching float4 k (j = k*THREADS + tid), each thread waits on parity 0 of every barrier up to chunk ((k+1)*THREADS*16 - 1) / CHUNK_BYTES. Do this with a compile-time unrolled 'already waited' index, and keep the existing j < nslice masking. The first 4-8 KB are reduced while the remaining 24-28 KB are still in flight, which shortens each block's load-to-cluster.sync critical path (and so the time its 32 KB of smem sits idle) without adding registers or shared memory, keeping 6 blocks/SM.
+# candidate 800dc2261777e4fb, generation 11, operator idea; speedup 1.877x over eager (1.0531 ms -> 0.5609 ms, 116% of floor)
+# idea: [parallelism] Shared memory, not threads or registers, is what caps the kernel at 6 resident blocks/SM (6 x ~33 KB), while the register file is mostly idle (36 regs x 1536 threads). Split each block's 32 KB slice between the two: with THREADS=128, a new `constexpr int REG_VEC = 4; // tune: 2 4` and STAGE_VEC = SLICE_VEC - REG_VEC*THREADS (static_assert it is > 0), TMA-load only the first STAGE_VEC float4 (24 KB at REG_VEC=4) into the static stage. Use NCHUNK = ceil(STAGE_BYTES / CHUNK_BYTES) per-chunk mbarriers with the existing clamped byte counts. Right after thread 0 arms the barriers, each thread issues REG_VEC coalesced `ld.global.nc.L1::no_allocate.v4.f32` loads of j = STAGE_VEC + k*THREADS + tid into a register array (masked to -inf when j >= nslice), so their latency overlaps the chunk waits. These register values join the max pass, are overwritten in place with e = expf(v - ms) in the sum pass, and are stored with __stcs after the DSMEM exchange, exactly like the stage entries. Then raise occupancy with `BLOCKS_PER_SM = 8; // tune: 6 7 8` and __launch_bounds__(128, LB_BLOCKS), which leaves up to 64 regs/thread and ~25.6 KB of smem per block, so 8 blocks (one whole row's cluster) fit on each SM instead of 6. That puts about 33% more bytes in flight per SM and hides more of each block's load -> cluster.sync -> store latency behind other rows.
 # check it: evokernel check softmax results/ablation-2026-12-02/softmax/sequential-s1/best.py
 """Softmax (dim=1), NVRTC form.
 
@@ -8,11 +8,15 @@ Fast path: one thread-block cluster of CLUSTER=8 blocks per row (non-persistent,
 Each block owns a 32 KB slice of the row, which thread 0 copies from HBM into a static
 shared-memory stage in one shot with TMA bulk copies
 (cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes) tracked by a single-use
-mbarrier. The block max, the in-place e = exp(v - m_b) with its block sum, the DSMEM (max, sum)
-exchange and the y = e * scale streaming store all read the stage, so a thread needs only a few
-registers. That gives 6 blocks (48 warps) per SM, so several rows are in flight per SM and one
-block's reductions and cluster barrier overlap other blocks' HBM traffic. x is read from HBM once
-and y is written once.
+mbarrier per 4-8 KB chunk. Only the first STAGE_VEC float4 of the slice (24 KB at THREADS=128,
+REG_VEC=4) go through that stage; the last REG_VEC float4 per thread are loaded straight into
+registers with coalesced ld.global.nc.L1::no_allocate loads issued right after the TMA, so their
+latency overlaps the chunk waits. The block max, the in-place e = exp(v - m_b) (stage and
+registers) with its block sum, the DSMEM (max, sum) exchange and the y = e * scale streaming
+store use both halves. Splitting the slice between shared memory and the otherwise idle register
+file shrinks a block's smem to ~25 KB, so 8 blocks (one whole row's cluster) fit per SM instead
+of 6, and more rows' HBM traffic is in flight while other blocks reduce and cluster-sync.
+x is read from HBM once and y is written once.
 Fallback (other shapes / alignments): the seed's one-block-per-row kernel."""
 import torch
 import torch.nn as nn
@@ -83,21 +87,27 @@ __global__ void softmax_row_kernel(const float* __restrict__ x, float* __restric
 // Fast path: one cluster of CLUSTER blocks per row, each block's slice held in shared memory.
 // ---------------------------------------------------------------------------------------------
 constexpr int CLUSTER = 8;          // blocks per row (fixed: 8 keeps a block's 32 KB slice in static smem)
-constexpr int THREADS = 256;        // tune: 128 256 512
-constexpr int BLOCKS_PER_SM = 6;    // tune: 4 5 6
-constexpr int CHUNK_BYTES = 4096;   // tune: 4096 8192 16384 32768
+constexpr int THREADS = 128;        // tune: 128 256
+constexpr int BLOCKS_PER_SM = 8;    // tune: 6 7 8
+constexpr int REG_VEC = 4;          // tune: 2 4
+constexpr int CHUNK_BYTES = 4096;   // tune: 4096 8192
 constexpr int ROW_CAP = 65536;      // max row length the fast path handles
 constexpr int SLICE_VEC = ROW_CAP / (4 * CLUSTER);   // float4 per block slice (2048 = 32 KB)
-constexpr int VEC = SLICE_VEC / THREADS;             // float4 per thread
+constexpr int VEC = SLICE_VEC / THREADS;             // float4 per thread (stage + registers)
+constexpr int SVEC = VEC - REG_VEC;                  // float4 per thread held in the smem stage
+constexpr int STAGE_VEC = SLICE_VEC - REG_VEC * THREADS;   // float4 of the slice in the stage
+constexpr int STAGE_BYTES = STAGE_VEC * 16;
 constexpr int NWARPS = THREADS / 32;
-constexpr int NCHUNK = (SLICE_VEC * 16) / CHUNK_BYTES;   // one single-use mbarrier per TMA chunk
+constexpr int NCHUNK = (STAGE_BYTES + CHUNK_BYTES - 1) / CHUNK_BYTES;   // one mbarrier per TMA chunk
 // Minimum resident blocks requested from ptxas, clamped to the SM's 2048-thread limit.
 constexpr int LB_BLOCKS = (BLOCKS_PER_SM * THREADS > 2048) ? (2048 / THREADS) : BLOCKS_PER_SM;
 static_assert(VEC >= 1 && VEC * THREADS == SLICE_VEC, "bad fast-path sizes");
+static_assert(REG_VEC >= 1 && REG_VEC < VEC, "REG_VEC must leave part of the slice in the stage");
+static_assert(STAGE_VEC > 0 && SVEC * THREADS == STAGE_VEC, "bad stage size");
 static_assert(THREADS % 32 == 0, "THREADS must be a multiple of 32");
-static_assert(SLICE_VEC * 16 <= 40 * 1024, "stage must fit in static shared memory");
+static_assert(STAGE_BYTES <= 40 * 1024, "stage must fit in static shared memory");
 static_assert(CHUNK_BYTES > 0 && CHUNK_BYTES % 16 == 0, "bulk copy size must be a multiple of 16");
-static_assert((SLICE_VEC * 16) % CHUNK_BYTES == 0 && NCHUNK >= 1, "chunks must tile the slice");
+static_assert(NCHUNK >= 1, "need at least one chunk");
 static_assert(LB_BLOCKS >= 1, "bad launch bounds");
 
 __device__ __forceinline__ float nan_max(float a, float b) {
@@ -139,9 +149,18 @@ __device__ __forceinline__ void tma_load_1d(unsigned dst, const void* src, unsig
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// Streaming 16-byte global load (read-only path, no L1 allocation). volatile keeps it issued
+// where it is written, i.e. before the chunk waits, so its latency overlaps them.
+__device__ __forceinline__ float4 ldg_stream(const float4* p) {
+    float4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+    return r;
+}
+
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, LB_BLOCKS)
 softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, long long cols) {
-    __shared__ __align__(128) float4 stage[SLICE_VEC];
+    __shared__ __align__(128) float4 stage[STAGE_VEC];
     __shared__ __align__(8) unsigned long long bar[NCHUNK];
     __shared__ float s_max[NWARPS];
     __shared__ float s_sum[NWARPS];
@@ -160,11 +179,13 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
     long long nv = nvec - vbase;
     nv = nv < 0 ? 0 : (nv > (long long)SLICE_VEC ? (long long)SLICE_VEC : nv);
     const int nslice = (int)nv;                           // float4 of the slice inside the row
-    const unsigned slice_bytes = (unsigned)nslice * 16u;
+    const int nstage = nslice < STAGE_VEC ? nslice : STAGE_VEC;   // of which go through the stage
+    const unsigned stage_bytes = (unsigned)nstage * 16u;
     const unsigned bar_a = smem_addr(bar);   // barrier c lives at bar_a + 8 * c
     const unsigned stage_a = smem_addr(stage);
+    const float4* __restrict__ xs = reinterpret_cast<const float4*>(x + row * cols) + vbase;
 
-    // ---- single read of x: chunked TMA bulk copies, one single-use mbarrier per chunk ----
+    // ---- single read of x, part 1: chunked TMA bulk copies of the first STAGE_VEC float4 ----
     if (tid == 0) {
 #pragma unroll
         for (int c = 0; c < NCHUNK; ++c) mbar_init(bar_a + 8u * (unsigned)c, 1u);
@@ -174,11 +195,11 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
     if (tid == 0) {
         // Every chunk barrier is armed, in chunk order; empty tail chunks are armed with tx 0,
         // which completes their phase at once, so no later wait can deadlock.
-        const char* src = reinterpret_cast<const char*>(x + row * cols + vbase * 4);
+        const char* src = reinterpret_cast<const char*>(xs);
 #pragma unroll
         for (int c = 0; c < NCHUNK; ++c) {
             const unsigned off = (unsigned)c * (unsigned)CHUNK_BYTES;
-            const unsigned rem = (slice_bytes > off) ? (slice_bytes - off) : 0u;
+            const unsigned rem = (stage_bytes > off) ? (stage_bytes - off) : 0u;
             const unsigned n = (rem < (unsigned)CHUNK_BYTES) ? rem : (unsigned)CHUNK_BYTES;
             const unsigned b = bar_a + 8u * (unsigned)c;
             mbar_arrive_expect_tx(b, n);
@@ -186,12 +207,22 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
         }
     }
 
-    // ---- block max, pipelined against the load: before touching float4 k, wait on every chunk
-    //      barrier up to the one holding its last byte (tail entries are skipped, i.e. -inf) ----
+    // ---- single read of x, part 2: the last REG_VEC * THREADS float4 straight into registers
+    //      (coalesced; masked to -inf outside the row), in flight while the chunks arrive ----
+    float4 rv[REG_VEC];
+#pragma unroll
+    for (int k = 0; k < REG_VEC; ++k) {
+        const int j = STAGE_VEC + k * THREADS + tid;
+        if (j < nslice) rv[k] = ldg_stream(xs + j);
+        else            rv[k] = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+    }
+
+    // ---- block max, pipelined against the load: before touching stage float4 k, wait on every
+    //      chunk barrier up to the one holding its last byte (tail entries are skipped) ----
     float m = NEG_INF;
     int waited = 0;   // chunks already waited on (a compile-time value once the loop is unrolled)
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
+    for (int k = 0; k < SVEC; ++k) {
         const int need = ((k + 1) * THREADS * 16 - 1) / CHUNK_BYTES;
 #pragma unroll
         for (; waited <= need; ++waited) mbar_wait(bar_a + 8u * (unsigned)waited, 0u);
@@ -204,6 +235,14 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
             m = nan_max(m, t.w);
         }
     }
+    // register part (entries outside the row are -inf, which leaves m unchanged)
+#pragma unroll
+    for (int k = 0; k < REG_VEC; ++k) {
+        m = nan_max(m, rv[k].x);
+        m = nan_max(m, rv[k].y);
+        m = nan_max(m, rv[k].z);
+        m = nan_max(m, rv[k].w);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, off));
     if (lane == 0) s_max[warp] = m;
@@ -212,13 +251,13 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
 #pragma unroll
     for (int w = 1; w < NWARPS; ++w) m = nan_max(m, s_max[w]);
 
-    // ---- e = exp(v - m) computed ONCE, written back in place into the stage, and block-summed ----
-    // (an all -inf block gets e = 0 and contributes 0, not NaN; each thread touches only its own
-    //  entries, so no barrier is needed between the max pass and this in-place update)
+    // ---- e = exp(v - m) computed ONCE, written back in place (stage and registers), and
+    //      block-summed (an all -inf block gets e = 0 and contributes 0, not NaN; each thread
+    //      touches only its own entries, so no barrier is needed before this in-place update) ----
     const float ms = (m == NEG_INF) ? 0.0f : m;
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
+    for (int k = 0; k < SVEC; ++k) {
         const int j = k * THREADS + tid;
         if (j < nslice) {
             const float4 t = stage[j];
@@ -227,6 +266,18 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
             const float c = expf(t.z - ms);
             const float d = expf(t.w - ms);
             stage[j] = make_float4(a, b, c, d);
+            s += (a + b) + (c + d);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < REG_VEC; ++k) {
+        const int j = STAGE_VEC + k * THREADS + tid;
+        if (j < nslice) {
+            const float a = expf(rv[k].x - ms);
+            const float b = expf(rv[k].y - ms);
+            const float c = expf(rv[k].z - ms);
+            const float d = expf(rv[k].w - ms);
+            rv[k] = make_float4(a, b, c, d);
             s += (a + b) + (c + d);
         }
     }
@@ -263,13 +314,25 @@ softmax_cluster_smem_kernel(const float* __restrict__ x, float* __restrict__ y, 
     //  an all -inf block in a finite row gives scale 0 and e = 0 -> y = 0.)
     const float scale = expf(m - M) / S;
 
-    // ---- single write of y, streamed from the stage ----
+    // ---- single write of y: the stage part streamed from smem, then the register part ----
     float4* __restrict__ yr = reinterpret_cast<float4*>(y + row * cols) + vbase;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
+    for (int k = 0; k < SVEC; ++k) {
         const int j = k * THREADS + tid;
         if (j < nslice) {
             float4 o = stage[j];
+            o.x *= scale;
+            o.y *= scale;
+            o.z *= scale;
+            o.w *= scale;
+            __stcs(yr + j, o);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < REG_VEC; ++k) {
+        const int j = STAGE_VEC + k * THREADS + tid;
+        if (j < nslice) {
+            float4 o = rv[k];
             o.x *= scale;
             o.y *= scale;
             o.z *= scale;
