@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,7 +37,7 @@ from loguru import logger
 
 from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
-from evokernel.build.host import below_gpu, default_build_workers
+from evokernel.build.host import BUILD_NICENESS, BuildLadder, below_gpu, default_build_workers
 from evokernel.jsonfile import write_json_atomic
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, exclusive_lock,
                                    extension_key, load_candidate, patched_load_inline,
@@ -56,6 +58,7 @@ __all__ = ["LOG_TAIL_CHARS", "BuildResult", "Builder", "device_arch", "kill_sess
            "rewrite_arch_flags", "toolchain", "toolkit_header_fallbacks", "worker_env"]
 
 LOG_TAIL_CHARS = 4000
+DIRECT_SEQ = 1 << 40        # a direct build() call's rank starts here: after every submitted one
 
 
 def device_arch() -> str:
@@ -156,6 +159,7 @@ class Builder:
         audit: disassemble each successful build's extensions and list their below-FP32
             instructions (evokernel.build.sass; BuildResult.precision_audit). Runs in this
             process, after the build worker has ended, on the published cache folders.
+    Running builds are ranked (``ladder``, a BuildLadder): submitted, then direct ``build`` calls.
     Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
     touch the GPU, so they cannot disturb timings on it.
     Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
@@ -179,6 +183,9 @@ class Builder:
             from evokernel.sandbox.workers import BuildJail
             self.jail = BuildJail(sandbox, self.cache_dir)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="build")
+        self.ladder = BuildLadder()
+        self._seq = itertools.count()
+        self._rank = threading.local()               # .seq: the build this thread runs
 
     def __enter__(self) -> "Builder":
         return self
@@ -191,8 +198,16 @@ class Builder:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def submit(self, candidate: Candidate) -> Future[BuildResult]:
-        """Queue one build. Returns: a future of its BuildResult."""
-        return self._pool.submit(self.build, candidate)
+        """Queue one build, ranked by submission. Returns: a future of its BuildResult."""
+        return self._pool.submit(self._build_as, next(self._seq), candidate)
+
+    def _build_as(self, seq: int, candidate: Candidate) -> BuildResult:
+        """``build``, ranked ``seq`` on the ladder (a retry keeps it, see ``_run``)."""
+        self._rank.seq = seq
+        try:
+            return self.build(candidate)
+        finally:
+            self._rank.seq = None
 
     def build_many(self, candidates: Sequence[Candidate]) -> list[BuildResult]:
         """Build all candidates, ``workers`` at a time (duplicates once).
@@ -214,6 +229,8 @@ class Builder:
         (killed mid-run) still holds it until it ends.
         Returns: BuildResult.
         """
+        if getattr(self._rank, "seq", None) is None:  # a direct call: after the submitted ones
+            return self._build_as(DIRECT_SEQ + next(self._seq), candidate)
         t0 = time.perf_counter()
         try:                                         # no subprocess for a syntax error
             compile(candidate.source, "candidate.py", "exec")
@@ -307,9 +324,10 @@ class Builder:
                                          "flags": list(notes)})
         return findings, notes
 
-    def command(self, work: Path, mode: str) -> tuple[list[str], dict[str, str]]:
+    def command(self, work: Path, mode: str, niceness: int = BUILD_NICENESS
+                ) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of one build in ``work`` (see ``_run``): in its
-        jail where there is one, below the GPU workers (evokernel.build.host.below_gpu)."""
+        jail where there is one, below the GPU workers at ``niceness`` (below_gpu)."""
         env = worker_env()
         env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
                    TORCH_CUDA_ARCH_LIST=self.arch,
@@ -319,28 +337,31 @@ class Builder:
         if self.jail is not None:                    # evokernel.sandbox.workers
             self.jail.prepare(work)
             cmd, env = self.jail.command(cmd, work, env)
-        return below_gpu(cmd), env
+        return below_gpu(cmd, niceness), env
 
     def _run(self, work: Path, mode: str, spent_s: float = 0.0,
              keep_fds: Sequence[int] = ()) -> tuple[bool, int | None]:
         """Run the build entry point in a session of its own (``mode``: "trim", "full" or
         "nvrtc", see evokernel.build.entry), with ``timeout_s - spent_s`` left and the
-        descriptors ``keep_fds`` inherited (the candidate's lock); kill the session when it ends
-        or times out. Returns: (timed_out, exit status)."""
-        cmd, env = self.command(work, mode)
-        with open(work / "build.log", "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, pass_fds=tuple(keep_fds))
-            try:
-                return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
-            except subprocess.TimeoutExpired:
-                return True, None
-            finally:
-                kill_session(proc.pid)               # also strays of a finished build
-                proc.wait()
-                if self.jail is not None:
-                    self.jail.finish(work)
+        descriptors ``keep_fds`` inherited (the candidate's lock), at its rung of the ladder;
+        kill the session when it ends or times out. Returns: (timed_out, exit status)."""
+        seq = self._rank.seq                         # set by build(), kept by a retry
+        with self.ladder.rung(seq) as niceness:
+            cmd, env = self.command(work, mode, niceness)
+            with open(work / "build.log", "wb") as log:
+                proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, pass_fds=tuple(keep_fds))
+                self.ladder.started(seq, proc.pid)
+                try:
+                    return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
+                except subprocess.TimeoutExpired:
+                    return True, None
+                finally:
+                    kill_session(proc.pid)           # also strays of a finished build
+                    proc.wait()
+                    if self.jail is not None:
+                        self.jail.finish(work)
 
 
 def _trimmed_and_failed(result_file: Path) -> bool:
