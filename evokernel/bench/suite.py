@@ -206,7 +206,10 @@ def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
             "accepted": sum(r.accepted for r in results),
             "per_min": round(60.0 * len(results) / wall, 2) if wall > 0 else None,
             "setup": setup_summary(got.setups), "loop": setup_summary(got.loops),
-            "timeline": timeline_summary(got.timelines)}
+            "timeline": timeline_summary(got.timelines),
+            # each problem's own seconds, for reading the run's time line (JSON only)
+            "per_problem": {p: {"timeline": got.timelines.get(p, {}), "loop": got.loops.get(p, {}),
+                                "setup": got.setups.get(p, {})} for p in got.results}}
         logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
     a = verdicts.get("one_at_a_time", {})
     report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"

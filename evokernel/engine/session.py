@@ -14,6 +14,7 @@ from evokernel.config import EvalConfig
 from evokernel.engine.faults import classify_exception, tail
 from evokernel.engine.outputs import context_error
 from evokernel.engine.pipeline import Stage, Trial, run_stages, with_fields
+from evokernel.engine.predraw import FRESH_FIRST_SEED, TIMING_FIRST_SEED, TIMING_SETS, Predrawn
 from evokernel.engine.stages import DEFAULT_STAGES
 from evokernel.engine.tamper import Tamper
 from evokernel.records import Candidate, EvalResult, Reason
@@ -34,11 +35,25 @@ class SetupClock:
         self._t = now
 
 
+def _module_and_draw(problem: dict[str, Any], predrawn: Predrawn | None) -> tuple[Any, Any]:
+    """The problem's module and how its input sets are drawn: those of ``predrawn`` when it was
+    made for this problem (evokernel.engine.predraw), else the module run now and draw_inputs."""
+    from evokernel.gate.distributions import draw_inputs
+    from evokernel.problem import exec_module
+    if predrawn is not None and predrawn.matches(problem):
+        return predrawn.module, predrawn.draw
+    return exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
+                       problem["path"]), draw_inputs
+
+
 class Session:
     """One problem's state in this worker: reference, cached truths, baselines and floor, the
     reference's main kernels (for the reference-fallback check) and its outputs on the timing
     sets (for the spot checks of timed outputs); and the stages a candidate goes through
     (evokernel.engine.stages.DEFAULT_STAGES).
+
+    ``predrawn``: the problem's module and input sets made before the set-up by a worker
+    started ahead (evokernel.engine.predraw); the same values as drawn here, sooner.
 
     Raises (at construction): whatever setting up the problem raises (a bad problem, no GPU, a
     spin that cannot run); the worker reports it as a set-up error."""
@@ -46,12 +61,12 @@ class Session:
     #: The stages every candidate goes through, in order.
     stages: tuple[Stage, ...] = DEFAULT_STAGES
 
-    def __init__(self, problem: dict[str, Any], config: EvalConfig, arch: str):
+    def __init__(self, problem: dict[str, Any], config: EvalConfig, arch: str,
+                 predrawn: Predrawn | None = None):
         import torch
         from evokernel.gate import trace
         from evokernel.gate.judge import strict_fp32
         from evokernel.gate.reference import GateReference
-        from evokernel.problem import exec_module
         from evokernel.timing import floor as floor_mod
         from evokernel.timing.clocks import L2Flusher
 
@@ -60,16 +75,17 @@ class Session:
         self.device = torch.device("cuda", 0)
         torch.cuda.set_device(self.device)
         self.problem_name = problem["name"]
-        self.module = exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
-                                  problem["path"])
+        self.module, draw = _module_and_draw(problem, predrawn)
         clock.lap("problem_module")
         declared = tuple(problem["distributions"]) if problem.get("distributions") else None
         with strict_fp32():
-            self.ref = GateReference.build(self.module, config.gate, self.device, declared)
+            self.ref = GateReference.build(self.module, config.gate, self.device, declared,
+                                           draw=draw)
         clock.lap("gate_reference")
-        self.timing_inputs = self.ref.timing_input_sets(3)
+        self.timing_inputs = self.ref.timing_input_sets(TIMING_SETS, TIMING_FIRST_SEED)
         # Input sets no candidate call sees before the fresh-input check (stages.Fresh).
-        self.fresh_inputs = self.ref.timing_input_sets(3, first_seed=2000)
+        self.fresh_inputs = self.ref.timing_input_sets(TIMING_SETS, FRESH_FIRST_SEED)
+        self.predrawn_sets = predrawn.used if predrawn is not None else 0
         clock.lap("timing_inputs")
         self.flusher = L2Flusher(self.device)
         if config.timing.hide_host_ms > 0:      # compiled and launched now: fails at set-up
@@ -178,6 +194,7 @@ class Session:
             "flops": self.flops, "min_bytes": self.min_bytes, "floor_ms": self.floor_ms,
             "compute_floor_ms": self.compute_floor_ms, "floor_bound": self.bound,
             "compile_ms": self.compile_ms, "reference_ms": self.reference_ms,
+            "predrawn_sets": self.predrawn_sets,
             "skipped_distributions": dict(self.ref.skipped),
             "perturbed_parameters": list(self.ref.perturbed),
             "reference_main_kernels": (None if self.main_kernels is None

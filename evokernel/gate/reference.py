@@ -136,6 +136,21 @@ class GateSet:
     fingerprints: tuple[tuple[float, float, float], ...]
 
 
+def gate_distributions(config: GateConfig, declared: tuple[str, ...] | None = None,
+                       warn: bool = False) -> list[str]:
+    """The distributions a problem's gate sets are drawn from, in order: the config's, narrowed
+    to the problem's ``declared`` ones (all of ``declared``, or "problem", when none is left;
+    logged when ``warn``), "problem" first."""
+    names = [d for d in config.distributions if declared is None or d in declared]
+    if not names:
+        if warn:
+            logger.warning("no configured distribution is declared by the problem; using {}",
+                           declared)
+        names = list(declared or ("problem",))
+    names.sort(key=lambda d: d != "problem")
+    return names
+
+
 class GateReference:
     """Everything about one problem the gate needs, built once per worker: the reference model,
     its init inputs, and the cached input sets with truths. Not thread-safe."""
@@ -152,19 +167,25 @@ class GateReference:
         self.declared, self.perturbed = declared, perturbed
         #: The perturbed parameters' original constant values (match_constant_parameters).
         self.constants = dict(constants or {})
+        #: How input sets are drawn (``build``'s ``draw``).
+        self.draw: Callable[[Any, str, int], list] = draw_inputs
         self._lp_cache: dict[tuple[int, str], tuple[torch.Tensor, ...] | None] = {}
         self._notes: weakref.WeakKeyDictionary[torch.nn.Module, str] = \
             weakref.WeakKeyDictionary()
 
     @classmethod
     def build(cls, module: Any, config: GateConfig, device: str | torch.device,
-              declared: tuple[str, ...] | None = None) -> "GateReference":
+              declared: tuple[str, ...] | None = None,
+              draw: Callable[[Any, str, int], list] = draw_inputs) -> "GateReference":
         """Construct ``Model(*get_init_inputs())`` under ``torch.manual_seed(0)`` on ``device``
         and, for each distribution (config's, narrowed to ``declared`` when given, "problem"
         first) and each seed, draw inputs, the float64 truth and PyTorch's own strict-FP32 error.
         With ``config.perturb_constant_parameters`` the model's constant parameters get random
         values first (perturb_constant_parameters; their names in ``.perturbed``).
 
+        ``draw`` draws one input set (draw_inputs' signature and values; a worker passes one
+        that hands out the sets it drew before its set-up, evokernel.engine.predraw); it is
+        kept as ``.draw`` for ``fresh_inputs``.
         A set on which the truth or PyTorch's FP32 output is non-finite is skipped and recorded
         in ``.skipped`` as ("<distribution> seed <seed>", why) pairs (``dict()``-able).
         Memory, per set: the inputs plus a float64 truth (2x an FP32 output), on ``device``.
@@ -172,12 +193,7 @@ class GateReference:
         when every set is skipped.
         """
         device = torch.device(device)
-        names = [d for d in config.distributions if declared is None or d in declared]
-        if not names:
-            logger.warning("no configured distribution is declared by the problem; using {}",
-                           declared)
-            names = list(declared or ("problem",))
-        names.sort(key=lambda d: d != "problem")
+        names = gate_distributions(config, declared, warn=True)
         torch.manual_seed(0)
         init_inputs = list(module.get_init_inputs())
         torch.manual_seed(0)
@@ -191,7 +207,7 @@ class GateReference:
         sets, skipped, multi, out_device = [], [], False, device
         for name in names:
             for seed in config.seeds:
-                inputs = tuple(_to_device(draw_inputs(module, name, seed), device))
+                inputs = tuple(_to_device(draw(module, name, seed), device))
                 with strict_fp32(), torch.no_grad():
                     raw = model(*inputs)
                     ref_out = _as_outputs(raw, module)
@@ -214,9 +230,10 @@ class GateReference:
         if not sets:
             raise ProblemError(f"{getattr(module, '__file__', module)}: the reference is "
                                f"non-finite on every input set ({dict(skipped)})")
-        return cls(module, config, device, model, init_inputs, tuple(sets), tuple(skipped),
-                   multi, out_device, declared, perturbed,
-                   {k: constants[k] for k in perturbed})
+        ref = cls(module, config, device, model, init_inputs, tuple(sets), tuple(skipped),
+                  multi, out_device, declared, perturbed, {k: constants[k] for k in perturbed})
+        ref.draw = draw
+        return ref
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -226,7 +243,7 @@ class GateReference:
     def fresh_inputs(self, seed: int) -> list:
         """A new input set from the problem's own distribution with ``seed``, on the device: for
         timing, which rotates sets so cached outputs cannot help (use seeds the gate does not)."""
-        return _to_device(draw_inputs(self.module, "problem", seed), self.device)
+        return _to_device(self.draw(self.module, "problem", seed), self.device)
 
     def timing_input_sets(self, n: int, first_seed: int = 1000) -> list[list]:
         """``n`` fresh input sets (fresh_inputs with seeds first_seed, first_seed + 1, ...)."""

@@ -68,6 +68,7 @@ def test_a_prepared_worker_is_the_one_set_up_and_warm_reaches_it_first(tmp_path)
         w.warm()
         info = w.start()
         assert info["pid"] == pid and info["warmed"] is True
+        assert info["predraw"] == "p"                # its problem came at once, to draw ahead
         w.warm()                                     # set up already: not sent again
         assert w.evaluate(cand("ok", 1), timeout_s=10).accepted and int(
             w.evaluate(cand("ok", 2), timeout_s=10).detail) == pid
@@ -75,7 +76,8 @@ def test_a_prepared_worker_is_the_one_set_up_and_warm_reaches_it_first(tmp_path)
         w.close()
     cold = handle(tmp_path / "cold")
     try:
-        assert cold.start()["warmed"] is False
+        info = cold.start()
+        assert info["warmed"] is False and info["predraw"] is None
     finally:
         cold.close()
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.worker_script import start_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -46,24 +48,14 @@ def test_a_worker_asked_to_stop_exits_at_once_without_the_interpreters_teardown(
     """"stop" ends the worker with os._exit: Python's teardown with torch._dynamo loaded took
     1.1-1.2 s on the CPU machine, each problem's "close" step in a problem set on the H200
     (results/h200-2026-12-03-s19/chain/bench_suite.md). Its output is flushed first."""
-    import os
-    from multiprocessing.connection import Connection
-
     from evokernel.engine import protocol
-    to_r, to_w = os.pipe()
-    from_r, from_w = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", STOPPER, str(to_r), str(from_w)], cwd=ROOT,
-                            pass_fds=(to_r, from_w), stdout=subprocess.PIPE, text=True,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
-    os.close(to_r)
-    os.close(from_w)
-    send = Connection(to_w, readable=False)
+    proc, send, recv = start_script(STOPPER, stdout=subprocess.PIPE, text=True)
     try:
         protocol.send(send, {"kind": "stop"})
         out, _ = proc.communicate(timeout=300)
     finally:
         send.close()
-        os.close(from_r)
+        recv.close()
     assert proc.returncode == 0
     assert out == "candidate output"               # flushed, and no atexit handler ran
 
@@ -73,7 +65,7 @@ import sys, time
 from evokernel.engine import worker
 
 class FakeSession:                      # no GPU here: only the worker's own bookkeeping is tested
-    def __init__(self, problem, config, arch):
+    def __init__(self, problem, config, arch, predrawn=None):
         self.info = {"setup_steps_s": {"problem_module": 0.1}}
 
 worker.preload = lambda: time.sleep(1.5)            # a worker still loading when its turn comes
@@ -86,20 +78,11 @@ def test_a_set_up_says_how_long_it_waited_for_its_worker_to_load():
     """The set-up's first step, "load_wait": from the driver sending it to the worker reading it,
     i.e. the worker's load still to go at its turn (issue 16: session 20's "start" was ~1 s
     longer than the worker's own set-up steps, unexplained)."""
-    import os
     import time
-    from multiprocessing.connection import Connection
 
     from evokernel.config import RunConfig
     from evokernel.engine import protocol
-    to_r, to_w = os.pipe()
-    from_r, from_w = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", LOADER, str(to_r), str(from_w)], cwd=ROOT,
-                            pass_fds=(to_r, from_w),
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
-    os.close(to_r)
-    os.close(from_w)
-    send, recv = Connection(to_w, readable=False), Connection(from_r, writable=False)
+    proc, send, recv = start_script(LOADER)
     try:
         protocol.send(send, {"kind": "setup", "config": RunConfig().to_dict(), "arch": "9.0",
                              "problem": {"name": "p"}, "sent_at": time.time()})
@@ -111,5 +94,6 @@ def test_a_set_up_says_how_long_it_waited_for_its_worker_to_load():
         recv.close()
     assert reply["kind"] == "ready", reply
     steps = reply["info"]["setup_steps_s"]
-    assert list(steps) == ["load_wait", "problem_module"]
+    assert list(steps) == ["load_wait", "predraw_wait", "problem_module"]
+    assert steps["predraw_wait"] == 0.0                 # nothing was being drawn ahead
     assert 1.3 < steps["load_wait"] < 60

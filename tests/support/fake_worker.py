@@ -18,6 +18,7 @@ def main(argv):
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
     warmed = False                                    # a "warm" came before the set-up
+    predraw = None                                    # the problem a "predraw" named
     while True:
         try:
             msg = protocol.recv(conn_in)
@@ -30,7 +31,10 @@ def main(argv):
             if msg["problem"]["name"] == "slow":     # a real set-up: torch, truths, baselines
                 time.sleep(3)
             protocol.send(conn_out, {"kind": "ready", "info": {"pid": os.getpid(), "warmed": warmed,
-                                                               "sent_at": msg.get("sent_at")}})
+                                                               "sent_at": msg.get("sent_at"),
+                                                               "predraw": predraw}})
+        elif msg["kind"] == "predraw":
+            predraw = msg["problem"]["name"]
         elif msg["kind"] == "warm":
             warmed = True
         elif msg["kind"] == "eval":
