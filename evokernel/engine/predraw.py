@@ -1,50 +1,58 @@
-"""A problem's input sets drawn on the CPU before its set-up, in a worker started ahead of its
-turn (issue 16).
+"""A problem's CPU work of its set-up done before the set-up, by a worker started ahead of its
+turn (issue 16): the module run, its reference model made, its input sets drawn.
 
-A set-up draws 8 input sets with the problem's own ``get_inputs()`` on the CPU (the gate's, one
-per distribution and seed, and the six timing sets), then computes truths and times the
-reference on the GPU. On the H200 the draws were 1.1 s of a 3.3 s set-up at a problem's turn,
-and most of a set-up made beside 12 builds (11.8 s; results/h200-2026-12-04-s21/README.md).
-A worker spawned ahead (WorkerHandle.prepare) now gets its problem at once and draws them in a
-thread while it waits (``PredrawThread``); the set-up takes each from ``Predrawn.draw``, which
-hands out the very tensors ``draw_inputs`` would have made (same seeds, same order of values)
-and leaves torch's generators as that draw would have, so nothing downstream can tell.
+A set-up makes the reference ``Model`` and draws 8 input sets with the problem's own
+``get_inputs()`` on the CPU (the gate's, one per distribution and seed, and the six timing
+sets), then computes truths and times the reference on the GPU. On the H200 the draws were
+1.1 s of a 3.3 s set-up at a problem's turn, and most of a set-up made beside 12 builds (11.8 s;
+results/h200-2026-12-04-s21/README.md). A worker spawned ahead (WorkerHandle.prepare) is now
+sent its problem at once and does that CPU part in its main thread while it waits
+(``predraw``); the set-up then takes the model and each set from ``Predrawn``.
 
-Only CPU tensors are kept (a ``get_inputs`` that makes CUDA tensors is drawn at the set-up, as
-before), and at most ``host_budget()`` bytes a worker; what is not drawn ahead is drawn at the
-set-up. Drawing opens no CUDA context.
+The set-up must see exactly what it would have made itself, whatever the problem's code does
+(a review, 2026-12-04, found problems for which a looser scheme changed the inputs): the same
+thread (thread-local torch settings made at import), the same order of calls to the module
+(``get_init_inputs``, ``Model``, then ``get_inputs`` once per set, in the set-up's order, none
+repeated or skipped, so a module with state of its own sees the same sequence), the same
+precision settings (the model and the gate's sets under strict FP32, the timing sets not), a
+copy of each set taken as it is drawn (as the set-up's copy to the GPU is: a ``get_inputs``
+refilling one buffer gives distinct sets), and torch's generators left, at each hand-over, as
+that call would have left them. A source that mentions CUDA is not run ahead at all (it might
+make a CUDA context beside another problem's timing). Drawing stops before the next set when
+a message is waiting (the set-up, usually) or when it would pass ``host_budget()``; what is not
+drawn ahead is drawn at the set-up, in order, by the same module.
 """
 from __future__ import annotations
 
-import threading
+import collections
+import contextlib
 import time
-from typing import Any
-
-from loguru import logger
+from typing import Any, Callable
 
 #: The set-up's timing input sets: TIMING_SETS sets from seed TIMING_FIRST_SEED (timed), and as
 #: many from FRESH_FIRST_SEED (never seen by a candidate before the fresh-input check).
 TIMING_SETS, TIMING_FIRST_SEED, FRESH_FIRST_SEED = 3, 1000, 2000
 
-#: At most this many bytes of input sets drawn ahead per worker (and at most an eighth of the
-#: host's available memory): the problem set keeps up to 3 workers spawned ahead
-#: (evokernel.engine.problem_set), and a set-up frees its worker's copies once they are on the GPU.
+#: At most about this many bytes (the model's and the sets' copies) made ahead per worker, and
+#: at most an eighth of the host's available memory: the problem set keeps up to 3 workers
+#: spawned ahead (evokernel.engine.problem_set); a set-up drops them once on the GPU.
 PREDRAW_MAX_BYTES = 4 * 2**30
 
 
-def draw_plan(config: Any, declared: tuple[str, ...] | None) -> list[tuple[str, int]]:
-    """The (distribution, seed) pairs a set-up draws, in its order: the gate's
-    (evokernel.gate.reference.gate_distributions x ``config.gate.seeds``), then the timing and
-    fresh sets ("problem"). ``config``: an EvalConfig."""
+def draw_plan(config: Any, declared: tuple[str, ...] | None) -> list[tuple[str, int, bool]]:
+    """The (distribution, seed, gate) input sets a set-up draws, in its order: the gate's
+    (evokernel.gate.reference.gate_distributions x ``config.gate.seeds``; gate True: drawn under
+    strict FP32), then the timing and fresh sets ("problem"). ``config``: an EvalConfig."""
     from evokernel.gate.reference import gate_distributions
-    gate = [(d, s) for d in gate_distributions(config.gate, declared) for s in config.gate.seeds]
-    timing = [("problem", first + i) for first in (TIMING_FIRST_SEED, FRESH_FIRST_SEED)
+    gate = [(d, s, True) for d in gate_distributions(config.gate, declared)
+            for s in config.gate.seeds]
+    timing = [("problem", first + i, False) for first in (TIMING_FIRST_SEED, FRESH_FIRST_SEED)
               for i in range(TIMING_SETS)]
     return gate + timing
 
 
 def host_budget() -> int:
-    """Bytes a worker may draw ahead: PREDRAW_MAX_BYTES, or an eighth of MemAvailable
+    """Bytes a worker may make ahead: PREDRAW_MAX_BYTES, or an eighth of MemAvailable
     (/proc/meminfo) when that is less; PREDRAW_MAX_BYTES where it cannot be read."""
     try:
         with open("/proc/meminfo") as f:
@@ -56,92 +64,111 @@ def host_budget() -> int:
     return PREDRAW_MAX_BYTES
 
 
+def _rng() -> tuple[int, Any]:
+    import torch
+    return torch.initial_seed(), torch.get_rng_state()
+
+
+def _set_rng(state: tuple[int, Any]) -> None:
+    """torch's generators as a call that left ``state`` (``_rng()``) would have: every device
+    seeded with the last seed set, the CPU one where that call left it."""
+    import torch
+    torch.manual_seed(state[0])
+    torch.set_rng_state(state[1])
+
+
+def _copy(inputs: list) -> tuple[list, int]:
+    """Each tensor of ``inputs`` copied (requires_grad kept); (the copy, its bytes)."""
+    import torch
+    from evokernel.gate import maths as gm
+    size = 0
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        nonlocal size
+        with torch.no_grad():
+            c = t.detach().clone()
+        size += c.numel() * c.element_size()
+        return c.requires_grad_() if t.requires_grad else c
+    return gm.map_tensors(list(inputs), one), size
+
+
 class Predrawn:
-    """One problem's module (run once, here) and the input sets drawn for it ahead."""
+    """One problem's module (run once, ahead), its reference model and the input sets made
+    ahead, each handed out once (``make``, ``draw``); anything else is made then."""
 
     def __init__(self, problem: dict[str, Any], module: Any):
         self.name, self.source, self.module = problem["name"], problem["source"], module
-        self.sets: dict[tuple[str, int], tuple[list, Any]] = {}   # -> (inputs, CPU rng state)
-        self.used = 0
-        self.nbytes = 0
+        self.model: tuple[list, Any, tuple[int, Any]] | None = None
+        self.sets: dict[tuple[str, int], collections.deque] = collections.defaultdict(
+            collections.deque)                # (distribution, seed) -> (inputs, rng) in order
+        self.used, self.nbytes, self.seconds = 0, 0, 0.0
 
     def matches(self, problem: dict[str, Any]) -> bool:
         """Whether these are ``problem``'s (same name and source)."""
         return problem.get("name") == self.name and problem.get("source") == self.source
 
+    def make(self, module: Any) -> tuple[list, Any]:
+        """evokernel.gate.reference.make_model(module): the model made ahead, once, torch's
+        generators then as making it left them; otherwise made now.
+        Returns: (init_inputs, the model on the CPU)."""
+        if module is not self.module or self.model is None:
+            from evokernel.gate.reference import make_model
+            return make_model(module)
+        init_inputs, model, rng = self.model
+        self.model = None
+        _set_rng(rng)
+        return init_inputs, model
+
     def draw(self, module: Any, distribution: str, seed: int) -> list:
-        """draw_inputs(module, distribution, seed): the set drawn ahead when there is one for
-        this module (handed out once, then forgotten), with torch's generators then seeded and
-        set as that call would have left them; otherwise drawn now."""
-        import torch
+        """draw_inputs(module, distribution, seed): the next set drawn ahead for that pair, once,
+        torch's generators then as its draw left them; otherwise drawn now.
+        Returns: the inputs (a list, as get_inputs returned them)."""
         from evokernel.gate.distributions import draw_inputs
-        got = self.sets.pop((distribution, seed), None) if module is self.module else None
-        if got is None:
+        queue = self.sets.get((distribution, seed)) if module is self.module else None
+        if not queue:
             return draw_inputs(module, distribution, seed)
-        inputs, state = got
-        torch.manual_seed(seed)              # every device, as draw_inputs seeds before drawing
-        torch.set_rng_state(state)           # the CPU generator after the draw
+        inputs, rng = queue.popleft()
+        _set_rng(rng)
         self.used += 1
         return inputs
 
     def clear(self) -> None:
-        """Forget the sets not handed out (the set-up is done)."""
+        """Forget what was not handed out (the set-up is done)."""
+        self.model = None
         self.sets.clear()
 
 
-def predraw(problem: dict[str, Any], config: Any, stop: threading.Event | None = None,
-            max_bytes: int | None = None) -> Predrawn:
-    """Run the problem's module and draw its set-up's input sets (``draw_plan``) on the CPU, in
-    order, until ``stop`` is set, ``max_bytes`` (default ``host_budget()``) would be passed, or
-    a set holds a tensor off the CPU (that one and the rest are drawn at the set-up).
-    Raises: what running the module or its ``get_inputs`` raises (the set-up then meets it
-    again and reports it)."""
-    import torch
-    from evokernel.gate import maths as gm
+def predraw(problem: dict[str, Any], config: Any, waiting: Callable[[], bool] = lambda: False,
+            max_bytes: int | None = None) -> Predrawn | None:
+    """The problem's module run, its model made and its set-up's input sets drawn on the CPU
+    (``draw_plan``), in the set-up's order, before it: stops before a set when ``waiting()``
+    (a message came) or when the next set (sized as the last one) would pass ``max_bytes``
+    (default ``host_budget()``). Returns None for a source that mentions CUDA (not run ahead).
+    Raises: what running the problem's code raises (the set-up then runs a fresh module and
+    reports it)."""
+    if "cuda" in problem["source"].lower():
+        return None
     from evokernel.gate.distributions import draw_inputs
+    from evokernel.gate.judge import strict_fp32
+    from evokernel.gate.reference import make_model
     from evokernel.problem import exec_module
+    t0 = time.perf_counter()
     module = exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
                          problem["path"])
     out = Predrawn(problem, module)
-    cap = host_budget() if max_bytes is None else max_bytes
+    with strict_fp32():
+        init_inputs, model = make_model(module)
+    out.model = (init_inputs, model, _rng())
+    out.nbytes = sum(t.numel() * t.element_size()
+                     for t in (*model.parameters(), *model.buffers()))
+    cap, last = (host_budget() if max_bytes is None else max_bytes), 0
     declared = tuple(problem["distributions"]) if problem.get("distributions") else None
-    for distribution, seed in draw_plan(config, declared):
-        if stop is not None and stop.is_set():
+    for distribution, seed, gate in draw_plan(config, declared):
+        if waiting() or out.nbytes + last > cap:
             break
-        inputs = draw_inputs(module, distribution, seed)
-        state = torch.get_rng_state()
-        tensors: list[torch.Tensor] = []
-        gm.map_tensors(inputs, tensors.append)
-        size = sum(t.numel() * t.element_size() for t in tensors)
-        if any(t.device.type != "cpu" for t in tensors) or out.nbytes + size > cap:
-            break
-        out.sets[(distribution, seed)] = (inputs, state)
-        out.nbytes += size
+        with strict_fp32() if gate else contextlib.nullcontext():
+            inputs, last = _copy(draw_inputs(module, distribution, seed))
+        out.sets[(distribution, seed)].append((inputs, _rng()))
+        out.nbytes += last
+    out.seconds = time.perf_counter() - t0
     return out
-
-
-class PredrawThread(threading.Thread):
-    """``predraw`` in a thread of the worker while it waits for its set-up; ``finish`` stops it
-    after the set it is drawing and returns what it drew."""
-
-    def __init__(self, problem: dict[str, Any], config: Any):
-        super().__init__(name="evokernel-predraw", daemon=True)
-        self.problem, self.config = problem, config
-        self.stop = threading.Event()
-        self.result: Predrawn | None = None
-
-    def run(self) -> None:
-        try:
-            self.result = predraw(self.problem, self.config, self.stop)
-        except Exception as e:  # noqa: BLE001 -- the set-up meets it again and reports it
-            logger.info("drawing {}'s inputs ahead failed ({}: {}); drawn at its set-up",
-                        self.problem.get("name"), type(e).__name__, e)
-
-    def finish(self, problem: dict[str, Any]) -> tuple[Predrawn | None, float]:
-        """Stop, wait for the set being drawn, and return (what was drawn for ``problem``, or
-        None; the seconds waited)."""
-        t0 = time.perf_counter()
-        self.stop.set()
-        self.join()
-        drawn = self.result if self.result is not None and self.result.matches(problem) else None
-        return drawn, time.perf_counter() - t0

@@ -35,15 +35,17 @@ class SetupClock:
         self._t = now
 
 
-def _module_and_draw(problem: dict[str, Any], predrawn: Predrawn | None) -> tuple[Any, Any]:
-    """The problem's module and how its input sets are drawn: those of ``predrawn`` when it was
-    made for this problem (evokernel.engine.predraw), else the module run now and draw_inputs."""
+def _made_ahead(problem: dict[str, Any], predrawn: Predrawn | None) -> tuple[Any, Any, Any]:
+    """The problem's module, and how its model is made and its input sets are drawn: by
+    ``predrawn`` when it was made for this problem (evokernel.engine.predraw), else the module
+    run now, make_model and draw_inputs. Returns (module, make, draw)."""
     from evokernel.gate.distributions import draw_inputs
+    from evokernel.gate.reference import make_model
     from evokernel.problem import exec_module
     if predrawn is not None and predrawn.matches(problem):
-        return predrawn.module, predrawn.draw
+        return predrawn.module, predrawn.make, predrawn.draw
     return exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
-                       problem["path"]), draw_inputs
+                       problem["path"]), make_model, draw_inputs
 
 
 class Session:
@@ -75,17 +77,18 @@ class Session:
         self.device = torch.device("cuda", 0)
         torch.cuda.set_device(self.device)
         self.problem_name = problem["name"]
-        self.module, draw = _module_and_draw(problem, predrawn)
+        self.module, make, draw = _made_ahead(problem, predrawn)
         clock.lap("problem_module")
         declared = tuple(problem["distributions"]) if problem.get("distributions") else None
         with strict_fp32():
             self.ref = GateReference.build(self.module, config.gate, self.device, declared,
-                                           draw=draw)
+                                           draw=draw, make=make)
         clock.lap("gate_reference")
         self.timing_inputs = self.ref.timing_input_sets(TIMING_SETS, TIMING_FIRST_SEED)
         # Input sets no candidate call sees before the fresh-input check (stages.Fresh).
         self.fresh_inputs = self.ref.timing_input_sets(TIMING_SETS, FRESH_FIRST_SEED)
-        self.predrawn_sets = predrawn.used if predrawn is not None else 0
+        self.predrawn = ({"sets": predrawn.used, "s": round(predrawn.seconds, 4)}
+                         if predrawn is not None else None)
         clock.lap("timing_inputs")
         self.flusher = L2Flusher(self.device)
         if config.timing.hide_host_ms > 0:      # compiled and launched now: fails at set-up
@@ -194,7 +197,7 @@ class Session:
             "flops": self.flops, "min_bytes": self.min_bytes, "floor_ms": self.floor_ms,
             "compute_floor_ms": self.compute_floor_ms, "floor_bound": self.bound,
             "compile_ms": self.compile_ms, "reference_ms": self.reference_ms,
-            "predrawn_sets": self.predrawn_sets,
+            "predrawn": self.predrawn,
             "skipped_distributions": dict(self.ref.skipped),
             "perturbed_parameters": list(self.ref.perturbed),
             "reference_main_kernels": (None if self.main_kernels is None

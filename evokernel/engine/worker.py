@@ -10,8 +10,8 @@ OUT_FD:
     {"kind": "eval", "candidate": Candidate dict}
         -> {"kind": "result", "result": EvalResult dict, "fatal": bool}
     {"kind": "predraw", "problem": {...}, "config": ...}   (optional, before "setup"; no answer)
-        -> the problem's input sets drawn on the CPU in a thread while it waits
-           (evokernel.engine.predraw), handed to its set-up
+        -> the set-up's CPU work (its module, model and input sets) done while it waits, until
+           the next message comes (evokernel.engine.predraw), handed to its set-up
     {"kind": "warm"}   (optional, before "setup"; no answer)
         -> the CUDA context made and torch.profiler loaded ahead of the set-up (``warm_up``)
     {"kind": "stop"}
@@ -36,7 +36,7 @@ from evokernel.config import RunConfig
 from evokernel.engine import protocol
 from evokernel.engine.faults import tail
 from evokernel.engine.lifeline import exit_when_orphaned
-from evokernel.engine.predraw import PredrawThread
+from evokernel.engine.predraw import Predrawn, predraw
 from evokernel.engine.session import Session
 from evokernel.records import Candidate
 
@@ -74,21 +74,32 @@ def preload() -> None:
     from evokernel.timing import clocks, floor, interleaved  # noqa: F401
 
 
-def set_up(msg: dict, ahead: PredrawThread | None) -> Session:
-    """The problem's Session from its "setup" message, with what ``ahead`` drew for it (stopped
-    first). Its info's "setup_steps_s" starts with the seconds the message waited for this
-    worker to load (preload) and for the input set being drawn ahead when it came.
+def set_up(msg: dict, drawn: Predrawn | None) -> Session:
+    """The problem's Session from its "setup" message, with what was made for it ahead
+    (``drawn``). Its info's "setup_steps_s" starts with the seconds the message waited for this
+    worker to load (preload) or to end the set it was drawing ahead (``predraw``).
     Raises: what the set-up raises."""
     config = RunConfig.from_dict(msg["config"]).evaluation
     waited = max(0.0, time.time() - msg.get("sent_at", time.time()))
-    drawn, drawn_wait = ahead.finish(msg["problem"]) if ahead is not None else (None, 0.0)
     session = Session(msg["problem"], config, msg["arch"], predrawn=drawn)
     if drawn is not None:
-        drawn.clear()                      # any set the set-up did not take: not kept
+        drawn.clear()                      # anything the set-up did not take: not kept
     session.info["setup_steps_s"] = {"load_wait": round(waited, 4),
-                                     "predraw_wait": round(drawn_wait, 4),
                                      **session.info["setup_steps_s"]}
     return session
+
+
+def draw_ahead(msg: dict, conn_in: Connection) -> Predrawn | None:
+    """``predraw`` for a "predraw" message, stopping before a set when another message is
+    waiting on ``conn_in``; None where it cannot (the set-up then does it all and reports what
+    is wrong)."""
+    try:
+        config = RunConfig.from_dict(msg["config"]).evaluation
+        return predraw(msg["problem"], config, waiting=lambda: conn_in.poll(0))
+    except Exception:  # noqa: BLE001 -- the set-up runs the module afresh and says why
+        print("making the problem's inputs ahead failed (the set-up does it):\n"
+              + traceback.format_exc(), flush=True)
+        return None
 
 
 def main(argv: list[str]) -> int:
@@ -100,7 +111,7 @@ def main(argv: list[str]) -> int:
     conn_in = Connection(int(argv[1]), writable=False)
     conn_out = Connection(int(argv[2]), readable=False)
     session: Session | None = None
-    ahead: PredrawThread | None = None
+    drawn: Predrawn | None = None
     while True:
         try:
             msg = protocol.recv(conn_in)
@@ -109,8 +120,7 @@ def main(argv: list[str]) -> int:
         kind = msg.get("kind")
         if kind == "setup":
             try:
-                session = set_up(msg, ahead)
-                ahead = None
+                session, drawn = set_up(msg, drawn), None
                 protocol.send(conn_out, {"kind": "ready", "info": session.info})
             except Exception:
                 protocol.send(conn_out, {"kind": "setup_error",
@@ -126,13 +136,8 @@ def main(argv: list[str]) -> int:
             protocol.send(conn_out, {"kind": "result", "result": result.to_dict(), "fatal": fatal})
             if fatal:
                 os._exit(3)  # the CUDA context is gone; never run another candidate here
-        elif kind == "predraw" and session is None and ahead is None:
-            try:
-                ahead = PredrawThread(msg["problem"],
-                                      RunConfig.from_dict(msg["config"]).evaluation)
-                ahead.start()
-            except Exception:  # noqa: BLE001 -- drawn at the set-up, which reports what is wrong
-                ahead = None
+        elif kind == "predraw" and session is None and drawn is None:
+            drawn = draw_ahead(msg, conn_in)
         elif kind == "warm" and session is None:
             warm_up()
         elif kind == "stop":

@@ -176,16 +176,19 @@ class GateReference:
     @classmethod
     def build(cls, module: Any, config: GateConfig, device: str | torch.device,
               declared: tuple[str, ...] | None = None,
-              draw: Callable[[Any, str, int], list] = draw_inputs) -> "GateReference":
+              draw: Callable[[Any, str, int], list] = draw_inputs,
+              make: Callable[[Any], tuple[list, torch.nn.Module]] | None = None
+              ) -> "GateReference":
         """Construct ``Model(*get_init_inputs())`` under ``torch.manual_seed(0)`` on ``device``
         and, for each distribution (config's, narrowed to ``declared`` when given, "problem"
         first) and each seed, draw inputs, the float64 truth and PyTorch's own strict-FP32 error.
         With ``config.perturb_constant_parameters`` the model's constant parameters get random
         values first (perturb_constant_parameters; their names in ``.perturbed``).
 
-        ``draw`` draws one input set (draw_inputs' signature and values; a worker passes one
-        that hands out the sets it drew before its set-up, evokernel.engine.predraw); it is
-        kept as ``.draw`` for ``fresh_inputs``.
+        ``draw`` draws one input set (draw_inputs' signature and values) and ``make`` makes
+        (init inputs, the model on the CPU) as ``make_model`` does: a worker passes ones that
+        hand out what it made before its set-up (evokernel.engine.predraw); ``draw`` is kept
+        as ``.draw`` for ``fresh_inputs``.
         A set on which the truth or PyTorch's FP32 output is non-finite is skipped and recorded
         in ``.skipped`` as ("<distribution> seed <seed>", why) pairs (``dict()``-able).
         Memory, per set: the inputs plus a float64 truth (2x an FP32 output), on ``device``.
@@ -193,11 +196,10 @@ class GateReference:
         when every set is skipped.
         """
         device = torch.device(device)
+        make = make or make_model
         names = gate_distributions(config, declared, warn=True)
-        torch.manual_seed(0)
-        init_inputs = list(module.get_init_inputs())
-        torch.manual_seed(0)
-        model = module.Model(*init_inputs).to(device)
+        init_inputs, model = make(module)
+        model = model.to(device)
         constants = constant_parameters(model) if config.perturb_constant_parameters else {}
         perturbed = (perturb_constant_parameters(model) if config.perturb_constant_parameters
                      else ())
@@ -336,6 +338,16 @@ def _as_outputs(raw: Any, module: Any) -> tuple[torch.Tensor, ...]:
         raise ProblemError(f"{getattr(module, '__file__', module)}: Model.forward must return a "
                            f"tensor or a tuple of tensors, got {gm.describe(raw)}")
     return outs
+
+
+def make_model(module: Any) -> tuple[list, torch.nn.Module]:
+    """A problem's reference as a set-up makes it, on the CPU: ``get_init_inputs()`` and
+    ``Model(*init_inputs)``, each after ``torch.manual_seed(0)``. Returns (init_inputs, model).
+    Raises: what the problem's code raises."""
+    torch.manual_seed(0)
+    init_inputs = list(module.get_init_inputs())
+    torch.manual_seed(0)
+    return init_inputs, module.Model(*init_inputs)
 
 
 def _to_device(inputs: list, device: torch.device) -> list:

@@ -1,16 +1,16 @@
-"""Input sets drawn ahead (evokernel.engine.predraw): a worker spawned before its problem's turn
-draws the set-up's input sets on the CPU while it waits; the set-up gets the very same tensors
-and torch's generators end as if it had drawn them itself."""
-import threading
-
-import pytest
+"""A set-up's CPU work done ahead (evokernel.engine.predraw): a worker spawned before its
+problem's turn runs the module, makes the model and draws the input sets while it waits; the
+set-up then gets exactly what it would have made itself, for well-behaved problems and for the
+awkward ones a review found (2026-12-04): a get_inputs refilling one buffer, module state
+shared by get_init_inputs, Model and get_inputs, precision set at import."""
 import torch
 
 from evokernel.config import EvalConfig, GateConfig, RunConfig
-from evokernel.engine.predraw import (PredrawThread, Predrawn, draw_plan, host_budget, predraw,
-                                      PREDRAW_MAX_BYTES)
+from evokernel.engine.predraw import PREDRAW_MAX_BYTES, Predrawn, draw_plan, host_budget, predraw
+from evokernel.gate import maths as gm
 from evokernel.gate.distributions import draw_inputs
-from evokernel.gate.reference import GateReference
+from evokernel.gate.judge import strict_fp32
+from evokernel.gate.reference import GateReference, make_model
 from evokernel.problem import exec_module
 from tests.support.worker_script import start_script
 
@@ -33,6 +33,47 @@ def get_inputs():
     return [torch.randn(4, 8), [torch.rand(4, 8)]]
 '''
 
+# get_inputs refills one module-level buffer: each set must be a copy taken as it is drawn
+BUFFER = SOURCE.replace('''def get_inputs():
+    return [torch.randn(4, 8), [torch.rand(4, 8)]]''', '''_buf = torch.empty(4, 8)
+
+def get_inputs():
+    _buf.normal_()
+    return [_buf, [torch.rand(4, 8)]]''')
+
+# one numpy stream shared by get_init_inputs, Model and get_inputs, seeded at import: the order
+# and the number of calls decide every value
+STATEFUL = '''
+import numpy as np
+import torch
+import torch.nn as nn
+
+_rs = np.random.RandomState(7)
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(_rs.rand(n), dtype=torch.float32))
+
+    def forward(self, x):
+        return x * self.w
+
+def get_init_inputs():
+    return [int(_rs.randint(8, 9))]
+
+def get_inputs():
+    return [torch.tensor(_rs.rand(4, 8), dtype=torch.float32) + torch.randn(4, 8)]
+'''
+
+# precision lowered at import, a CPU matmul in get_inputs: gate sets are drawn in strict FP32
+PRECISION = SOURCE.replace('''def get_inputs():
+    return [torch.randn(4, 8), [torch.rand(4, 8)]]''', '''
+torch.set_float32_matmul_precision("medium")
+
+def get_inputs():
+    a = (torch.randn(256, 256) @ torch.randn(256, 256))[:4, :8]   # bf16 on CPUs that have it
+    return [a, [torch.rand(4, 8)]]''')
+
 
 def problem(name="tiny", source=SOURCE, distributions=None):
     return {"name": name, "path": f"{name}.py", "source": source,
@@ -42,85 +83,103 @@ def problem(name="tiny", source=SOURCE, distributions=None):
 def same(a, b):
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def copied(module, distribution, seed):
+    """draw_inputs with the copy a set-up makes at once (its move to the GPU)."""
+    return gm.map_tensors(draw_inputs(module, distribution, seed), lambda t: t.clone())
+
+
+def set_up_on_cpu(module, make, draw, config=EvalConfig()):
+    """A Session's CPU sequence (evokernel.engine.session): the gate reference in strict FP32,
+    then the timing and fresh sets; what it made, and torch's generator after it."""
+    with strict_fp32():
+        ref = GateReference.build(module, config.gate, "cpu", draw=draw, make=make)
+    timing = ref.timing_input_sets(3, 1000)
+    fresh = ref.timing_input_sets(3, 2000)
+    return ref, timing, fresh, torch.get_rng_state()
+
+
+def assert_same_set_up(source, config=EvalConfig(), **kw):
+    """The set-up with what was made ahead equals the one that makes it all itself."""
+    drawn = predraw(problem(source=source), config, **kw)
+    assert drawn is not None
+    ahead = set_up_on_cpu(drawn.module, drawn.make, drawn.draw, config)
+    plain = set_up_on_cpu(exec_module(source, "evokernel_problem_plain", "plain.py"),
+                          make_model, copied, config)
+    assert same(ahead[0].init_inputs, plain[0].init_inputs)
+    assert same(list(ahead[0].model.state_dict().values()),
+                list(plain[0].model.state_dict().values()))
+    for a, b in zip(ahead[0].sets, plain[0].sets, strict=True):
+        assert (a.distribution, a.seed) == (b.distribution, b.seed)
+        assert same(list(a.inputs), list(b.inputs)) and same(list(a.truths), list(b.truths))
+    assert same(ahead[1], plain[1]) and same(ahead[2], plain[2])
+    assert torch.equal(ahead[3], plain[3])
+    return drawn
 
 
 def test_the_plan_is_the_set_ups_order_gate_sets_first_problem_first():
     config = EvalConfig(gate=GateConfig(distributions=("offset", "problem"), seeds=(0, 1)))
-    assert draw_plan(config, None) == [
+    assert [(d, s) for d, s, _ in draw_plan(config, None)] == [
         ("problem", 0), ("problem", 1), ("offset", 0), ("offset", 1),
         ("problem", 1000), ("problem", 1001), ("problem", 1002),
         ("problem", 2000), ("problem", 2001), ("problem", 2002)]
-    # a problem that declares its distributions narrows the gate's
-    assert draw_plan(config, ("offset",))[:2] == [("offset", 0), ("offset", 1)]
+    assert [g for _, _, g in draw_plan(config, None)] == [True] * 4 + [False] * 6
+    assert [(d, s) for d, s, _ in draw_plan(config, ("offset",))][:2] == [("offset", 0),
+                                                                          ("offset", 1)]
 
 
-def test_a_set_drawn_ahead_is_the_one_drawn_at_the_set_up_and_leaves_the_generators_alike():
-    p = problem()
-    drawn = predraw(p, EvalConfig())
-    assert len(drawn.sets) == 8 and drawn.nbytes == 8 * 2 * 4 * 8 * 4
-    module = drawn.module
-    for dist, seed in draw_plan(EvalConfig(), None):
-        got = drawn.draw(module, dist, seed)
-        after_ahead = (torch.get_rng_state(), torch.randn(5))
-        fresh = draw_inputs(module, dist, seed)
-        after_now = (torch.get_rng_state(), torch.randn(5))
-        assert same(got, fresh), (dist, seed)
-        assert torch.equal(after_ahead[0], after_now[0]) and torch.equal(after_ahead[1],
-                                                                          after_now[1])
-    assert drawn.used == 8 and not drawn.sets          # each handed out once, then forgotten
-    again = drawn.draw(module, "problem", 1000)         # asked again: drawn now, the same values
-    assert same(again, draw_inputs(module, "problem", 1000)) and drawn.used == 8
+def test_the_set_up_gets_what_it_would_have_made_and_the_generators_end_alike():
+    drawn = assert_same_set_up(SOURCE)
+    assert drawn.used == 8 and not any(drawn.sets.values()) and drawn.model is None
 
 
-def test_another_module_or_problem_gets_nothing_drawn_ahead():
+def test_a_buffer_refilled_by_get_inputs_gives_distinct_sets_as_at_the_set_up():
+    drawn = assert_same_set_up(BUFFER)
+    assert drawn.used == 8
+
+
+def test_module_state_shared_by_its_functions_sees_the_same_calls_in_the_same_order():
+    assert_same_set_up(STATEFUL)
+    one_set = 4 * 8 * 4           # drawn ahead only in part: the set-up draws the rest, in order
+    drawn = assert_same_set_up(STATEFUL, max_bytes=8 * 4 + 3 * one_set)   # model: 8 floats
+    assert drawn.used == 3
+
+
+def test_the_gate_sets_are_drawn_in_strict_fp32_whatever_the_module_set_at_import():
+    try:
+        assert_same_set_up(PRECISION)
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_drawing_stops_before_a_set_when_a_message_waits_or_the_budget_would_pass():
+    calls = iter([False, False, True])
+    drawn = predraw(problem(), EvalConfig(), waiting=lambda: next(calls))
+    assert sum(len(q) for q in drawn.sets.values()) == 2 and drawn.model is not None
+    one_set = 2 * 4 * 8 * 4
+    capped = predraw(problem(), EvalConfig(), max_bytes=8 * 4 + 3 * one_set)
+    assert [k for k, q in capped.sets.items() if q] == [("problem", 0), ("offset", 0),
+                                                        ("problem", 1000)]
+    assert 0 < host_budget() <= PREDRAW_MAX_BYTES
+
+
+def test_a_source_that_mentions_cuda_is_not_run_ahead():
+    assert predraw(problem(source=SOURCE + "\n# x.cuda()\n"), EvalConfig()) is None
+
+
+def test_another_module_or_problem_gets_nothing_made_ahead():
     p = problem()
     drawn = predraw(p, EvalConfig())
     other = exec_module(SOURCE, "evokernel_problem_other", "other.py")
     assert same(drawn.draw(other, "problem", 1000), draw_inputs(other, "problem", 1000))
-    assert drawn.used == 0 and ("problem", 1000) in drawn.sets
+    assert drawn.make(other)[1] is not drawn.model[1] and drawn.used == 0
     assert drawn.matches(p) and not drawn.matches(problem(name="tiny2"))
     assert not drawn.matches(problem(source=SOURCE + "\n# changed\n"))
-
-
-def test_the_host_budget_and_a_tensor_off_the_cpu_stop_the_drawing():
-    one_set = 2 * 4 * 8 * 4
-    capped = predraw(problem(), EvalConfig(), max_bytes=3 * one_set)
-    assert list(capped.sets) == [("problem", 0), ("offset", 0), ("problem", 1000)]
-    meta = SOURCE.replace("return [torch.randn(4, 8), [torch.rand(4, 8)]]",
-                          "return [torch.empty(4, 8, device='meta'), [torch.rand(4, 8)]]")
-    assert predraw(problem(source=meta), EvalConfig()).sets == {}
-    assert 0 < host_budget() <= PREDRAW_MAX_BYTES
-
-
-def test_a_stop_ends_the_drawing_and_finish_returns_only_the_problems_own():
-    stop = threading.Event()
-    stop.set()
-    assert predraw(problem(), EvalConfig(), stop).sets == {}
-    t = PredrawThread(problem(), EvalConfig())
-    t.start()
-    drawn, waited = t.finish(problem())
-    assert isinstance(drawn, Predrawn) and waited >= 0.0 and not t.is_alive()
-    t2 = PredrawThread(problem(), EvalConfig())
-    t2.start()
-    assert t2.finish(problem(name="someone-else"))[0] is None
-    broken = PredrawThread(problem(source="this is not python"), EvalConfig())
-    broken.start()
-    assert broken.finish(problem(source="this is not python"))[0] is None   # set-up reports it
-
-
-def test_the_gate_reference_built_from_sets_drawn_ahead_equals_one_drawn_at_once():
-    p = problem()
-    drawn = predraw(p, EvalConfig())
-    config = EvalConfig().gate
-    ahead = GateReference.build(drawn.module, config, "cpu", draw=drawn.draw)
-    now = GateReference.build(exec_module(SOURCE, "evokernel_problem_now", "now.py"), config,
-                              "cpu")
-    assert drawn.used == 2                          # the gate's two sets came from the draw ahead
-    for a, b in zip(ahead.sets, now.sets):
-        assert (a.distribution, a.seed) == (b.distribution, b.seed)
-        assert same(list(a.inputs), list(b.inputs)) and same(list(a.truths), list(b.truths))
-    assert same(ahead.timing_input_sets(3), now.timing_input_sets(3)) and drawn.used == 5
+    assert isinstance(drawn, Predrawn)
 
 
 WORKER = """
@@ -130,37 +189,35 @@ from evokernel.engine import worker
 class FakeSession:
     def __init__(self, problem, config, arch, predrawn=None):
         self.info = {"setup_steps_s": {},
-                     "predrawn": None if predrawn is None else sorted(
-                         f"{d} {s}" for d, s in predrawn.sets)}
+                     "predrawn": None if predrawn is None else [
+                         predrawn.name, predrawn.model is not None,
+                         sum(len(q) for q in predrawn.sets.values())]}
 
 worker.Session = FakeSession
-finish = worker.PredrawThread.finish
-# let the drawing end before the set-up takes it (the set-up message is already waiting in the
-# pipe, so the real finish would stop it after its first set; that is tested in-process above)
-worker.PredrawThread.finish = lambda self, problem: (self.join(), finish(self, problem))[1]
 sys.exit(worker.main(["worker"] + sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("send_predraw", [True, False])
-def test_the_worker_hands_its_set_up_what_it_drew_ahead(send_predraw):
+def test_the_worker_hands_its_set_up_what_it_made_ahead_and_stops_for_a_message():
     from evokernel.engine import protocol
-    proc, send, recv = start_script(WORKER)
-    try:
-        setup = {"kind": "setup", "arch": "9.0", "problem": problem(),
-                 "config": RunConfig().to_dict()}
-        if send_predraw:
-            protocol.send(send, {**setup, "kind": "predraw"})
-        protocol.send(send, setup)
-        assert recv.poll(120)
-        msg = protocol.recv(recv)
-    finally:
-        protocol.send(send, {"kind": "stop"})
-        proc.wait(timeout=30)
-    assert msg["kind"] == "ready"
-    steps = msg["info"]["setup_steps_s"]
-    assert list(steps)[:2] == ["load_wait", "predraw_wait"]
-    if send_predraw:       # the whole plan, drawn before the set-up took it
-        assert len(msg["info"]["predrawn"]) == 8 and "offset 0" in msg["info"]["predrawn"]
-    else:
-        assert msg["info"]["predrawn"] is None and steps["predraw_wait"] == 0.0
+    setup = {"kind": "setup", "arch": "9.0", "problem": problem(), "config": RunConfig().to_dict()}
+    replies = []
+    for ahead in (True, False):
+        proc, send, recv = start_script(WORKER)
+        try:
+            if ahead:       # the module and model always; sets until the set-up's message came
+                protocol.send(send, {**setup, "kind": "predraw"})
+            protocol.send(send, setup)
+            assert recv.poll(120)
+            replies.append(protocol.recv(recv))
+        finally:
+            protocol.send(send, {"kind": "stop"})
+            proc.wait(timeout=30)
+            send.close()
+            recv.close()
+    ahead, cold = replies
+    assert ahead["kind"] == cold["kind"] == "ready"
+    name, has_model, sets = ahead["info"]["predrawn"]
+    assert name == "tiny" and has_model and 0 <= sets <= 8
+    assert cold["info"]["predrawn"] is None
+    assert list(ahead["info"]["setup_steps_s"]) == ["load_wait"]
