@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -37,7 +36,8 @@ from loguru import logger
 
 from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
-from evokernel.build.host import BUILD_NICENESS, BuildLadder, below_gpu, default_build_workers
+from evokernel.build.host import (BUILD_NICENESS, BuildLadder, below_gpu, default_build_workers,
+                                  kill_session)
 from evokernel.jsonfile import write_json_atomic
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, exclusive_lock,
                                    extension_key, load_candidate, patched_load_inline,
@@ -159,7 +159,8 @@ class Builder:
         audit: disassemble each successful build's extensions and list their below-FP32
             instructions (evokernel.build.sass; BuildResult.precision_audit). Runs in this
             process, after the build worker has ended, on the published cache folders.
-    Running builds are ranked (``ladder``, a BuildLadder): submitted, then direct ``build`` calls.
+    Running builds are ranked (``ladder``, a BuildLadder: their autogroups, their processes all
+    at BUILD_NICENESS): submitted ones first, then direct ``build`` calls.
     Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
     touch the GPU, so they cannot disturb timings on it.
     Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
@@ -324,10 +325,10 @@ class Builder:
                                          "flags": list(notes)})
         return findings, notes
 
-    def command(self, work: Path, mode: str, niceness: int = BUILD_NICENESS
+    def command(self, work: Path, mode: str, rung: int = BUILD_NICENESS
                 ) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of one build in ``work`` (see ``_run``): in its
-        jail where there is one, below the GPU workers at ``niceness`` (below_gpu)."""
+        jail where there is one, below the GPU workers, its autogroup at ``rung`` (below_gpu)."""
         env = worker_env()
         env.update(MAX_JOBS="2", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="",
                    TORCH_CUDA_ARCH_LIST=self.arch,
@@ -337,7 +338,7 @@ class Builder:
         if self.jail is not None:                    # evokernel.sandbox.workers
             self.jail.prepare(work)
             cmd, env = self.jail.command(cmd, work, env)
-        return below_gpu(cmd, niceness), env
+        return below_gpu(cmd, rung), env
 
     def _run(self, work: Path, mode: str, spent_s: float = 0.0,
              keep_fds: Sequence[int] = ()) -> tuple[bool, int | None]:
@@ -346,13 +347,13 @@ class Builder:
         descriptors ``keep_fds`` inherited (the candidate's lock), at its rung of the ladder;
         kill the session when it ends or times out. Returns: (timed_out, exit status)."""
         seq = self._rank.seq                         # set by build(), kept by a retry
-        with self.ladder.rung(seq) as niceness:
-            cmd, env = self.command(work, mode, niceness)
+        with self.ladder.rung(seq) as rung:
+            cmd, env = self.command(work, mode, rung)
             with open(work / "build.log", "wb") as log:
                 proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, pass_fds=tuple(keep_fds))
-                self.ladder.started(seq, proc.pid)
+                self.ladder.started(seq, proc.pid)   # not reaped yet: its autogroup opened
                 try:
                     return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
                 except subprocess.TimeoutExpired:
@@ -360,6 +361,7 @@ class Builder:
                 finally:
                     kill_session(proc.pid)           # also strays of a finished build
                     proc.wait()
+                    self.ladder.leave(seq)           # the younger ones move up now
                     if self.jail is not None:
                         self.jail.finish(work)
 
@@ -373,27 +375,3 @@ def _trimmed_and_failed(result_file: Path) -> bool:
         return False
     return not r.get("ok") and bool(r.get("trimmed"))
 
-
-def kill_session(sid: int, rounds: int = 10) -> int:
-    """SIGKILL every process of session ``sid`` (a process started with
-    ``start_new_session=True`` has sid == its pid). Killing its process group is not enough:
-    ninja starts each compiler in a process group of its own. Reads /proc (Linux).
-    Returns: how many processes were signalled.
-    """
-    killed = 0
-    for _ in range(rounds):                          # again, in case one forked meanwhile
-        found = 0
-        for stat_file in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat_file.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(stat_file.parent.name), signal.SIGKILL)
-                    found += 1
-        killed += found
-        if not found:
-            break
-        time.sleep(0.01)
-    return killed

@@ -1,4 +1,5 @@
-"""How the build host is shared: how many builds run at once, and below whom.
+"""How the build host is shared: how many builds run at once, below whom, and how a build's
+processes end (``kill_session``).
 
 Session 20's suite bench on the H200 host (16 cores; results/h200-2026-12-04-s20/README.md,
 chain/vmstat.txt) ran 8 builds at once: 100% CPU while each build's main.cpp and cuda.cu
@@ -10,17 +11,23 @@ made beside them took 7.8 s against 3.0 s at its turn. Session 21's 12 builds at
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import signal
 import threading
-from typing import Callable, Iterator
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
 
 from loguru import logger
 
 #: Builds run at this niceness, below the GPU workers: session 20's set-ups made beside 8
 #: builds took 7.8 s against 3.0 s at a problem's turn (results/h200-2026-12-04-s20/README.md),
 #: and a worker timing a kernel launches it from the host. Builds still get every core the GPU
-#: side leaves idle.
+#: side leaves idle. Every build's processes start at it, whatever their rung on a BuildLadder
+#: (which ranks only the builds' autogroups).
 BUILD_NICENESS = 10
 
 
@@ -35,37 +42,103 @@ def default_build_workers(cores: int | None = None) -> int:
     return max(1, n * 3 // 4)
 
 
-def below_gpu(cmd: list[str], niceness: int = BUILD_NICENESS) -> list[str]:
-    """``cmd`` run at ``niceness`` (default BUILD_NICENESS; a BuildLadder's rung), and its
-    session's autogroup too, where ``nice`` and ``sh`` exist: with the kernel's scheduler
-    autogroups each session competes as one and a nice value counts only inside it (two busy
-    loops in two sessions shared a core 50/50 at nice 0 and 10, 90/10 with the autogroup's nice
-    set too; a review, 2026-12-04). The caller starts the command in a session of its own
-    (``sh`` is then its leader as it writes /proc/self/autogroup); ``sh`` and ``nice`` exec, so
-    the process keeps its PID. Without CAP_SYS_ADMIN that write fails (EAGAIN) within 100 ms of
-    another autogroup write on the host (BuildLadder), so a Builder writes it again itself."""
+def below_gpu(cmd: list[str], rung: int = BUILD_NICENESS) -> list[str]:
+    """``cmd`` run at niceness BUILD_NICENESS, and its session's autogroup at ``rung`` (default
+    BUILD_NICENESS; a BuildLadder's rung), where ``nice`` and ``sh`` exist: with the kernel's
+    scheduler autogroups each session competes as one and a nice value counts only inside it
+    (two busy loops in two sessions shared a core 50/50 at nice 0 and 10, 90/10 with the
+    autogroup's nice set too; a review, 2026-12-04). The process niceness is BUILD_NICENESS
+    whatever the rung: where autogroups count for nothing (sched_autogroup_enabled=0, or builds
+    in a cpu cgroup other than the root one, as in Docker or Kubernetes) only it does, and every
+    build is then at +10, as before the ladder; a rung there, never lowered afterwards without
+    privileges, would leave a build started young below younger ones once the older ones end.
+    The caller starts the command in a session of its own (``sh`` is then its leader as it
+    writes /proc/self/autogroup); ``sh`` and ``nice`` exec, so the process keeps its PID.
+    Without CAP_SYS_ADMIN that write fails (EAGAIN) within 100 ms of another autogroup write on
+    the host (BuildLadder), so a Builder writes it again itself."""
     nice, sh = shutil.which("nice"), shutil.which("sh")
     if nice:
-        cmd = [nice, "-n", str(niceness), *cmd]
+        cmd = [nice, "-n", str(BUILD_NICENESS), *cmd]
     if sh:
-        cmd = [sh, "-c", f'echo {niceness} > /proc/self/autogroup 2>/dev/null; exec "$@"',
+        cmd = [sh, "-c", f'echo {rung} > /proc/self/autogroup 2>/dev/null; exec "$@"',
                "sh", *cmd]
     return cmd
 
 
-def write_autogroup_nice(pid: int, niceness: int) -> None:
-    """Set the nice value of the scheduler autogroup of process ``pid`` (its session's, proc(5)).
-    Raises: OSError (BlockingIOError when rate-limited; FileNotFoundError without autogroups in
-    the kernel or once the process is gone; PermissionError for another user's process)."""
-    fd = os.open(f"/proc/{pid}/autogroup", os.O_WRONLY)
-    try:
-        os.write(fd, str(niceness).encode())
-    finally:
-        os.close(fd)
+def kill_session(sid: int, rounds: int = 10) -> int:
+    """SIGKILL every process of session ``sid`` (a process started with
+    ``start_new_session=True`` has sid == its pid). Killing its process group is not enough:
+    ninja starts each compiler in a process group of its own. Reads /proc (Linux).
+    Returns: how many processes were signalled.
+    """
+    killed = 0
+    for _ in range(rounds):                          # again, in case one forked meanwhile
+        found = 0
+        for stat_file in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(stat_file.parent.name), signal.SIGKILL)
+                    found += 1
+        killed += found
+        if not found:
+            break
+        time.sleep(0.01)
+    return killed
+
+
+class AutogroupHandle(Protocol):
+    """What a BuildLadder writes a build's rung through (``Autogroup``, or a test's stand-in)."""
+
+    def write(self, niceness: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Autogroup:
+    """A handle on the scheduler autogroup of process ``pid`` (its session's, proc(5)): its
+    /proc/<pid>/autogroup opened for writing once, while the caller knows the process exists
+    (started, not reaped yet). The descriptor stays bound to that process: once it has been
+    reaped a write fails with ESRCH and never reaches a later process given the same pid.
+    Raises: OSError (FileNotFoundError without autogroups in the kernel; PermissionError for
+    another user's process)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._lock = threading.Lock()
+        self._fd: int | None = os.open(f"/proc/{pid}/autogroup", os.O_WRONLY | os.O_CLOEXEC)
+
+    def write(self, niceness: int) -> None:
+        """Set the autogroup's nice value. Raises: OSError (BlockingIOError when rate-limited;
+        ProcessLookupError once the process has been reaped, or after ``close``)."""
+        with self._lock:
+            if self._fd is None:
+                raise ProcessLookupError(errno.ESRCH, f"/proc/{self.pid}/autogroup: closed")
+            os.write(self._fd, str(niceness).encode())
+
+    def close(self) -> None:
+        """Close the descriptor (again: nothing)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+@dataclass
+class _Started:
+    """A started build on a BuildLadder: its session leader's pid, the handle on its autogroup
+    (None where it could not be opened) and the rung last written (or tried) through it."""
+    pid: int
+    handle: AutogroupHandle | None
+    written: int | None = None
 
 
 class BuildLadder:
-    """The builds running now, ranked by submission (oldest first), each at its rung's niceness.
+    """The builds running now, ranked by submission (oldest first), each one's autogroup at its
+    rung's niceness.
 
     Why: session 21's suite bench on the H200 host (16 cores) built 24 candidates on 12 build
     workers, all at BUILD_NICENESS, so the first wave of 12 ended together ~45 s in, although
@@ -78,35 +151,39 @@ class BuildLadder:
 
     Sequence numbers: smaller is older and more urgent; a retry of one candidate (the Builder's
     build "as written" after a failed light-header build) enters again with the same one.
-    ``enter`` returns the niceness its command starts at (evokernel.build.host.below_gpu:
-    ``nice -n`` and the autogroup's echo, the same value); ``started`` and ``leave`` write every
-    running build's rung to its session's autogroup (/proc/<pid>/autogroup of the session
+    ``enter`` returns the rung its command's autogroup starts at (evokernel.build.host.below_gpu
+    echoes it; the process itself starts at BUILD_NICENESS whatever the rung). ``started`` opens
+    the build's autogroup (``opener(pid)``, an Autogroup: /proc/<pid>/autogroup of the session
     leader, the Popen pid of a build started with start_new_session=True; proc(5): any value
-    >= 0 for one's own processes), so the younger ones move up as older ones end. A process's
-    own niceness is never changed after its start (lowering it needs privileges): with
-    autogroups off only the initial one counts.
+    >= 0 for one's own processes) while the process is known not to be reaped, and ``started``
+    and ``leave`` write every running build's rung through those handles, so the younger ones
+    move up as older ones end; ``leave`` closes the build's handle. A write after its process
+    has ended fails (ESRCH), harmless: a pid reused by another process is never written. With
+    autogroups off (or in a non-root cpu cgroup) the rungs count for nothing and every build
+    runs at BUILD_NICENESS, as before the ladder.
 
-    Best effort, never failing a build: a write that fails is ignored (logged once, at debug
-    level), except that the kernel takes at most one autogroup write per 100 ms from a process
+    Best effort, never failing a build: a handle that cannot be opened leaves that build's
+    autogroup where its own echo set it, and a write that fails is not repeated at that rung
+    (each kind of failure logged once, at debug level; ESRCH, a build that has ended, not at
+    all), except that the kernel takes at most one autogroup write per 100 ms from a process
     without CAP_SYS_ADMIN, host-wide (kernel/sched/autogroup.c, EAGAIN; a build's own echo
     counts too), so a write refused so is tried again ``retry_s`` later, from a timer thread.
     A child's echo that lands after a newer write from here (its rung changed within
     milliseconds of its start) leaves it one rung off until its rung changes again.
 
     Args:
-        writer: ``writer(pid, niceness)`` (default write_autogroup_nice); raises OSError.
+        opener: ``opener(pid)`` -> an AutogroupHandle (default Autogroup); raises OSError.
         retry_s: the wait before a write refused with EAGAIN is tried again.
     """
 
-    def __init__(self, writer: Callable[[int, int], None] = write_autogroup_nice,
+    def __init__(self, opener: Callable[[int], AutogroupHandle] = Autogroup,
                  retry_s: float = 0.105):
-        self._writer, self._retry_s = writer, retry_s
+        self._open, self._retry_s = opener, retry_s
         self._lock = threading.Lock()                # the state below
-        self._writing = threading.Lock()             # one writer at a time, in order
-        self._pids: dict[int, int | None] = {}       # seq -> pid (None before its start)
-        self._written: dict[int, int] = {}           # pid -> the niceness written (or tried)
+        self._writing = threading.Lock()             # one writer at a time, in order; closes too
+        self._builds: dict[int, _Started | None] = {}  # seq -> its build (None before its start)
         self._retry_armed = False
-        self._logged = False
+        self._logged: set[tuple[str, int | None]] = set()  # (open/write, errno) logged once
 
     @staticmethod
     def niceness(position: int) -> int:
@@ -114,30 +191,48 @@ class BuildLadder:
         return BUILD_NICENESS + min(19 - BUILD_NICENESS, position)
 
     def enter(self, seq: int) -> int:
-        """Register build ``seq`` about to start. Returns: the niceness to start it at."""
+        """Register build ``seq`` about to start. Returns: the rung to start its autogroup at."""
         with self._lock:
-            self._pids[seq] = None
-            return self.niceness(sum(1 for s in self._pids if s < seq))
+            old = self._builds.get(seq)
+            self._builds[seq] = None
+            rung = self.niceness(sum(1 for s in self._builds if s < seq))
+        self._close(old)
+        return rung
 
     def started(self, seq: int, pid: int) -> None:
-        """Build ``seq`` runs as session ``pid``: write every running build's rung."""
+        """Build ``seq`` runs as session ``pid``, not reaped yet: open its autogroup, then write
+        every running build's rung."""
+        try:
+            handle = self._open(pid)
+        except OSError as e:
+            handle = None
+            self._log_once("open", e, f"build ladder: /proc/{pid}/autogroup not opened ({e}); "
+                           "such builds' autogroups keep the rung they started at (if their "
+                           f"echo took), not moved up as older builds end; processes at "
+                           f"niceness {BUILD_NICENESS}")
         with self._lock:
-            if seq in self._pids:
-                self._pids[seq] = pid
+            entered = self._builds.get(seq, False) is None
+            if entered:
+                self._builds[seq] = _Started(pid, handle)
+        if not entered:                              # left already (or never entered)
+            self._close(_Started(pid, handle))
+            return
         self._apply()
 
     def leave(self, seq: int) -> None:
-        """Build ``seq`` has ended (or never started): the younger ones move up."""
+        """Build ``seq`` has ended (or never started): its handle closed, the younger ones move
+        up. Again for the same build: nothing."""
         with self._lock:
-            pid = self._pids.pop(seq, None)
-            if pid is not None:
-                self._written.pop(pid, None)
+            if seq not in self._builds:
+                return
+            build = self._builds.pop(seq)
+        self._close(build)
         self._apply()
 
     @contextlib.contextmanager
     def rung(self, seq: int) -> Iterator[int]:
         """``enter`` then, on the way out (even by an exception), ``leave``.
-        Yields: the niceness to start the build at."""
+        Yields: the rung to start the build's autogroup at."""
         try:
             yield self.enter(seq)
         finally:
@@ -146,32 +241,48 @@ class BuildLadder:
     def snapshot(self) -> dict[int, int]:
         """seq -> niceness of each running build, oldest first."""
         with self._lock:
-            return {s: self.niceness(i) for i, s in enumerate(sorted(self._pids))}
+            return {s: self.niceness(i) for i, s in enumerate(sorted(self._builds))}
 
-    def _pending(self) -> list[tuple[int, int]]:
-        """(pid, niceness) of each started build whose rung is not written yet, oldest first."""
+    def _close(self, build: _Started | None) -> None:
+        """Close ``build``'s handle, never while ``_apply`` writes through it."""
+        if build is not None and build.handle is not None:
+            with self._writing:
+                build.handle.close()
+
+    def _pending(self) -> list[tuple[_Started, int]]:
+        """(build, niceness) of each opened build whose rung is not written yet, oldest first."""
         with self._lock:
-            wanted = ((pid, self.niceness(i)) for i, (_, pid) in
-                      enumerate(sorted(self._pids.items())) if pid is not None)
-            return [(pid, n) for pid, n in wanted if self._written.get(pid) != n]
+            wanted = ((b, self.niceness(i)) for i, (_, b) in enumerate(sorted(
+                self._builds.items())) if b is not None and b.handle is not None)
+            return [(b, n) for b, n in wanted if b.written != n]
 
     def _apply(self) -> None:
         """Write the pending rungs; after EAGAIN, try again ``retry_s`` later."""
         with self._writing:
-            for pid, n in self._pending():
+            for build, n in self._pending():
                 try:
-                    self._writer(pid, n)
+                    build.handle.write(n)
                 except BlockingIOError:
                     self._retry_later()
                     return
+                except (ProcessLookupError, FileNotFoundError):
+                    pass                             # the build has ended: its leave is near
                 except OSError as e:
-                    if not self._logged:
-                        self._logged = True
-                        logger.debug(f"build ladder: /proc/{pid}/autogroup not written ({e}); "
-                                     "builds keep the niceness they started at")
+                    self._log_once("write", e, f"build ladder: /proc/{build.pid}/autogroup not "
+                                   f"written ({e}); such builds' autogroups keep the last value "
+                                   "they took, not re-ranked; processes at niceness "
+                                   f"{BUILD_NICENESS}")
                 with self._lock:
-                    if pid in self._pids.values():
-                        self._written[pid] = n
+                    build.written = n
+
+    def _log_once(self, stage: str, error: OSError, message: str) -> None:
+        """``message`` at debug level, once per ``stage`` and errno."""
+        key = (stage, error.errno)
+        with self._lock:
+            if key in self._logged:
+                return
+            self._logged.add(key)
+        logger.debug(message)
 
     def _retry_later(self) -> None:
         """``_apply`` again in ``retry_s`` (one timer at a time)."""
