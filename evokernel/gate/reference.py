@@ -151,6 +151,16 @@ def gate_distributions(config: GateConfig, declared: tuple[str, ...] | None = No
     return names
 
 
+def make_model(module: Any) -> tuple[list, torch.nn.Module]:
+    """A problem's reference as a set-up makes it, on the CPU: ``get_init_inputs()`` and
+    ``Model(*init_inputs)``, each after ``torch.manual_seed(0)``. Returns (init_inputs, model).
+    Raises: what the problem's code raises."""
+    torch.manual_seed(0)
+    init_inputs = list(module.get_init_inputs())
+    torch.manual_seed(0)
+    return init_inputs, module.Model(*init_inputs)
+
+
 class GateReference:
     """Everything about one problem the gate needs, built once per worker: the reference model,
     its init inputs, and the cached input sets with truths. Not thread-safe."""
@@ -177,7 +187,7 @@ class GateReference:
     def build(cls, module: Any, config: GateConfig, device: str | torch.device,
               declared: tuple[str, ...] | None = None,
               draw: Callable[[Any, str, int], list] = draw_inputs,
-              make: Callable[[Any], tuple[list, torch.nn.Module]] | None = None
+              make: Callable[[Any], tuple[list, torch.nn.Module]] = make_model
               ) -> "GateReference":
         """Construct ``Model(*get_init_inputs())`` under ``torch.manual_seed(0)`` on ``device``
         and, for each distribution (config's, narrowed to ``declared`` when given, "problem"
@@ -195,9 +205,7 @@ class GateReference:
         Raises: ProblemError when the model's output is not a tensor (or tuple of tensors), or
         when every set is skipped.
         """
-        device = torch.device(device)
-        make = make or make_model
-        names = gate_distributions(config, declared, warn=True)
+        device, names = torch.device(device), gate_distributions(config, declared, warn=True)
         init_inputs, model = make(module)
         model = model.to(device)
         constants = constant_parameters(model) if config.perturb_constant_parameters else {}
@@ -338,16 +346,6 @@ def _as_outputs(raw: Any, module: Any) -> tuple[torch.Tensor, ...]:
         raise ProblemError(f"{getattr(module, '__file__', module)}: Model.forward must return a "
                            f"tensor or a tuple of tensors, got {gm.describe(raw)}")
     return outs
-
-
-def make_model(module: Any) -> tuple[list, torch.nn.Module]:
-    """A problem's reference as a set-up makes it, on the CPU: ``get_init_inputs()`` and
-    ``Model(*init_inputs)``, each after ``torch.manual_seed(0)``. Returns (init_inputs, model).
-    Raises: what the problem's code raises."""
-    torch.manual_seed(0)
-    init_inputs = list(module.get_init_inputs())
-    torch.manual_seed(0)
-    return init_inputs, module.Model(*init_inputs)
 
 
 def _to_device(inputs: list, device: torch.device) -> list:
