@@ -353,8 +353,8 @@ class Builder:
                 proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, pass_fds=tuple(keep_fds))
-                self.ladder.started(seq, proc.pid)   # not reaped yet: its autogroup opened
                 try:
+                    self.ladder.started(seq, proc.pid)   # not reaped yet: autogroup opened
                     return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
                 except subprocess.TimeoutExpired:
                     return True, None

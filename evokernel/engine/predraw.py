@@ -17,8 +17,13 @@ repeated or skipped, so a module with state of its own sees the same sequence), 
 precision settings (the model and the gate's sets under strict FP32, the timing sets not), a
 copy of each set taken as it is drawn (as the set-up's copy to the GPU is: a ``get_inputs``
 refilling one buffer gives distinct sets), and torch's generators left, at each hand-over, as
-that call would have left them. A source that mentions CUDA is not run ahead at all (it might
-make a CUDA context beside another problem's timing). Drawing stops before the next set when
+that call would have left them; the model and the gate's sets in one strict-FP32 block, the
+model's tensors copied at once (as its move to the GPU copies them before any draw). A source
+that mentions CUDA is not run ahead at all, and CUDA's lazy initialisation raises while problem
+code runs ahead (it might make a CUDA context beside another problem's timing; a C++ path that
+skips it, such as ``pin_memory``, is only noticed after, and what was made is then dropped).
+Not reproduced: a ``forward`` that reads module state written by ``get_inputs`` (the set-up
+runs draw, forward, draw, ...; ahead, the draws come first). Drawing stops before the next set when
 a message is waiting (the set-up, usually) or when it would pass ``host_budget()``; what is not
 drawn ahead is drawn at the set-up, in order, by the same module.
 """
@@ -27,7 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 #: The set-up's timing input sets: TIMING_SETS sets from seed TIMING_FIRST_SEED (timed), and as
 #: many from FRESH_FIRST_SEED (never seen by a candidate before the fresh-input check).
@@ -101,7 +106,7 @@ class Predrawn:
         self.model: tuple[list, Any, tuple[int, Any]] | None = None
         self.sets: dict[tuple[str, int], collections.deque] = collections.defaultdict(
             collections.deque)                # (distribution, seed) -> (inputs, rng) in order
-        self.used, self.nbytes, self.seconds = 0, 0, 0.0
+        self.used, self.nbytes, self.last, self.seconds = 0, 0, 0, 0.0
 
     def matches(self, problem: dict[str, Any]) -> bool:
         """Whether these are ``problem``'s (same name and source)."""
@@ -142,33 +147,69 @@ def predraw(problem: dict[str, Any], config: Any, waiting: Callable[[], bool] = 
             max_bytes: int | None = None) -> Predrawn | None:
     """The problem's module run, its model made and its set-up's input sets drawn on the CPU
     (``draw_plan``), in the set-up's order, before it: stops before a set when ``waiting()``
-    (a message came) or when the next set (sized as the last one) would pass ``max_bytes``
-    (default ``host_budget()``). Returns None for a source that mentions CUDA (not run ahead).
+    (a message came) or when the next set (sized as the last one; the first is always drawn)
+    would pass ``max_bytes`` (default ``host_budget()``). The model and the gate's sets are made
+    in one strict-FP32 block, as the set-up's GateReference.build makes them, and the model's
+    tensors are copied at once, as its move to the GPU copies them.
+    Returns None where nothing is made ahead: a source that mentions CUDA, a process that has a
+    CUDA context already, or problem code that reached for CUDA (it is stopped: CUDA's lazy
+    initialisation raises while this runs).
     Raises: what running the problem's code raises (the set-up then runs a fresh module and
     reports it)."""
-    if "cuda" in problem["source"].lower():
+    import torch
+    if "cuda" in problem["source"].lower() or torch.cuda.is_initialized():
         return None
-    from evokernel.gate.distributions import draw_inputs
     from evokernel.gate.judge import strict_fp32
     from evokernel.gate.reference import make_model
     from evokernel.problem import exec_module
     t0 = time.perf_counter()
-    module = exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
-                         problem["path"])
-    out = Predrawn(problem, module)
-    with strict_fp32():
-        init_inputs, model = make_model(module)
-    out.model = (init_inputs, model, _rng())
-    out.nbytes = sum(t.numel() * t.element_size()
-                     for t in (*model.parameters(), *model.buffers()))
-    cap, last = (host_budget() if max_bytes is None else max_bytes), 0
     declared = tuple(problem["distributions"]) if problem.get("distributions") else None
-    for distribution, seed, gate in draw_plan(config, declared):
-        if waiting() or out.nbytes + last > cap:
-            break
-        with strict_fp32() if gate else contextlib.nullcontext():
-            inputs, last = _copy(draw_inputs(module, distribution, seed))
-        out.sets[(distribution, seed)].append((inputs, _rng()))
-        out.nbytes += last
+    plan = draw_plan(config, declared)
+    cap = host_budget() if max_bytes is None else max_bytes
+    with _cuda_refused():
+        module = exec_module(problem["source"], f"evokernel_problem_{problem['name']}",
+                             problem["path"])
+        out = Predrawn(problem, module)
+        with strict_fp32():
+            init_inputs, model = make_model(module)
+            model._apply(lambda t: t.clone())      # what .to(device) does to each tensor
+            out.model = (init_inputs, model, _rng())
+            out.nbytes = sum(t.numel() * t.element_size()
+                             for t in (*model.parameters(), *model.buffers()))
+            stopped = _draw_sets(out, [p for p in plan if p[2]], waiting, cap)
+        if not stopped:
+            _draw_sets(out, [p for p in plan if not p[2]], waiting, cap)
     out.seconds = time.perf_counter() - t0
-    return out
+    return None if torch.cuda.is_initialized() else out
+
+
+def _draw_sets(out: Predrawn, part: list[tuple[str, int, bool]], waiting: Callable[[], bool],
+               cap: int) -> bool:
+    """Draw ``part`` of the plan into ``out``; True when it stopped before the end."""
+    from evokernel.gate.distributions import draw_inputs
+    for distribution, seed, _ in part:
+        if waiting() or (out.sets and out.nbytes + out.last > cap):
+            return True
+        inputs, out.last = _copy(draw_inputs(out.module, distribution, seed))
+        out.sets[(distribution, seed)].append((inputs, _rng()))
+        out.nbytes += out.last
+    return False
+
+
+@contextlib.contextmanager
+def _cuda_refused() -> Iterator[None]:
+    """CUDA's lazy initialisation raises inside (torch.cuda._lazy_init, which the Python and
+    C++ paths that make a context call first), so problem code run ahead cannot make a CUDA
+    context beside another problem's timing."""
+    import torch
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("evokernel predraw: CUDA is not used before the set-up")
+    saved = getattr(torch.cuda, "_lazy_init", None)
+    if saved is not None:
+        torch.cuda._lazy_init = refuse
+    try:
+        yield
+    finally:
+        if saved is not None:
+            torch.cuda._lazy_init = saved

@@ -3,6 +3,7 @@ problem's turn runs the module, makes the model and draws the input sets while i
 set-up then gets exactly what it would have made itself, for well-behaved problems and for the
 awkward ones a review found (2026-12-04): a get_inputs refilling one buffer, module state
 shared by get_init_inputs, Model and get_inputs, precision set at import."""
+import pytest
 import torch
 
 from evokernel.config import EvalConfig, GateConfig, RunConfig
@@ -75,6 +76,36 @@ def get_inputs():
     return [a, [torch.rand(4, 8)]]''')
 
 
+# the model registers the buffer get_inputs refills: the reference keeps the values it was made
+# with (the set-up copies them to the GPU before the first draw)
+SHARED_WITH_MODEL = '''
+import torch
+import torch.nn as nn
+
+_buf = torch.zeros(8)
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("b", _buf)
+
+    def forward(self, x, y):
+        return x + self.b + y[0]
+
+def get_init_inputs():
+    return [8]
+
+def get_inputs():
+    _buf.normal_()
+    return [torch.randn(4, 8), [torch.rand(4, 8)]]
+'''
+
+# Model.__init__ lowers the precision: inside the set-up's one strict block the gate's draws see it
+PRECISION_IN_MODEL = PRECISION.replace('torch.set_float32_matmul_precision("medium")', "").replace(
+    "        super().__init__()", '''        super().__init__()
+        torch.set_float32_matmul_precision("medium")''')
+
+
 def problem(name="tiny", source=SOURCE, distributions=None):
     return {"name": name, "path": f"{name}.py", "source": source,
             "distributions": list(distributions or ())}
@@ -93,6 +124,12 @@ def copied(module, distribution, seed):
     return gm.map_tensors(draw_inputs(module, distribution, seed), lambda t: t.clone())
 
 
+def made(module):
+    """make_model with the copy a set-up makes at once (the model's move to the GPU)."""
+    init_inputs, model = make_model(module)
+    return init_inputs, model._apply(lambda t: t.clone())
+
+
 def set_up_on_cpu(module, make, draw, config=EvalConfig()):
     """A Session's CPU sequence (evokernel.engine.session): the gate reference in strict FP32,
     then the timing and fresh sets; what it made, and torch's generator after it."""
@@ -109,7 +146,7 @@ def assert_same_set_up(source, config=EvalConfig(), **kw):
     assert drawn is not None
     ahead = set_up_on_cpu(drawn.module, drawn.make, drawn.draw, config)
     plain = set_up_on_cpu(exec_module(source, "evokernel_problem_plain", "plain.py"),
-                          make_model, copied, config)
+                          made, copied, config)
     assert same(ahead[0].init_inputs, plain[0].init_inputs)
     assert same(list(ahead[0].model.state_dict().values()),
                 list(plain[0].model.state_dict().values()))
@@ -156,6 +193,25 @@ def test_the_gate_sets_are_drawn_in_strict_fp32_whatever_the_module_set_at_impor
         torch.set_float32_matmul_precision("highest")
 
 
+def test_a_model_buffer_refilled_by_get_inputs_keeps_the_values_the_model_was_made_with():
+    drawn = assert_same_set_up(SHARED_WITH_MODEL)
+    assert drawn.used == 8
+
+
+def test_precision_lowered_by_the_model_reaches_the_gate_draws_as_at_the_set_up():
+    try:
+        assert_same_set_up(PRECISION_IN_MODEL)
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_problem_code_that_reaches_for_cuda_ahead_is_stopped():
+    no_word = SOURCE.replace("torch.randn(4, 8), [", "torch.randn(4, 8, device=0), [")
+    with pytest.raises(RuntimeError, match="not used before the set-up"):
+        predraw(problem(source=no_word), EvalConfig())
+    assert not torch.cuda.is_initialized()
+
+
 def test_drawing_stops_before_a_set_when_a_message_waits_or_the_budget_would_pass():
     calls = iter([False, False, True])
     drawn = predraw(problem(), EvalConfig(), waiting=lambda: next(calls))
@@ -193,31 +249,48 @@ class FakeSession:
                          predrawn.name, predrawn.model is not None,
                          sum(len(q) for q in predrawn.sets.values())]}
 
+draw_ahead = worker.draw_ahead
+
+def told(msg, conn_in):          # says when it is done, so the test can send the set-up after
+    drawn = draw_ahead(msg, conn_in)
+    print("drawn", flush=True)
+    return drawn
+
+worker.preload = lambda: None
 worker.Session = FakeSession
+worker.draw_ahead = told
 sys.exit(worker.main(["worker"] + sys.argv[1:]))
 """
 
 
-def test_the_worker_hands_its_set_up_what_it_made_ahead_and_stops_for_a_message():
+def ask(setup, mode):
+    """The worker's "ready" answer: "queued" sends the set-up right behind "predraw" (it waits
+    on the pipe while the worker draws), "after" once it has drawn, "none" without "predraw"."""
+    import subprocess
+
     from evokernel.engine import protocol
+    proc, send, recv = start_script(WORKER, stdout=subprocess.PIPE, text=True)
+    try:
+        if mode != "none":
+            protocol.send(send, {**setup, "kind": "predraw"})
+        if mode == "after":
+            assert proc.stdout.readline().strip() == "drawn"
+        protocol.send(send, setup)
+        assert recv.poll(120)
+        return protocol.recv(recv)
+    finally:
+        protocol.send(send, {"kind": "stop"})
+        proc.wait(timeout=30)
+        send.close()
+        recv.close()
+
+
+def test_the_worker_hands_its_set_up_what_it_made_ahead_and_stops_for_a_message():
     setup = {"kind": "setup", "arch": "9.0", "problem": problem(), "config": RunConfig().to_dict()}
-    replies = []
-    for ahead in (True, False):
-        proc, send, recv = start_script(WORKER)
-        try:
-            if ahead:       # the module and model always; sets until the set-up's message came
-                protocol.send(send, {**setup, "kind": "predraw"})
-            protocol.send(send, setup)
-            assert recv.poll(120)
-            replies.append(protocol.recv(recv))
-        finally:
-            protocol.send(send, {"kind": "stop"})
-            proc.wait(timeout=30)
-            send.close()
-            recv.close()
-    ahead, cold = replies
-    assert ahead["kind"] == cold["kind"] == "ready"
-    name, has_model, sets = ahead["info"]["predrawn"]
-    assert name == "tiny" and has_model and 0 <= sets <= 8
+    queued, after, cold = (ask(setup, m) for m in ("queued", "after", "none"))
+    assert queued["kind"] == after["kind"] == cold["kind"] == "ready"
+    # the set-up waiting on the pipe: the module and model made, then no set drawn
+    assert queued["info"]["predrawn"] == ["tiny", True, 0]
+    assert after["info"]["predrawn"] == ["tiny", True, 8]
     assert cold["info"]["predrawn"] is None
-    assert list(ahead["info"]["setup_steps_s"]) == ["load_wait"]
+    assert list(after["info"]["setup_steps_s"]) == ["load_wait"]
