@@ -2,7 +2,6 @@
 helpers the phases share: work folders, the budget clock, opening and closing evaluators."""
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +12,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from loguru import logger
 
 from evokernel.bench.plan import BenchPlan, CostModel
+from evokernel.build.host import usable_cores
 from evokernel.config import EvalConfig, TimingConfig
 from evokernel.errors import ConfigError
 from evokernel.records import Candidate
@@ -44,7 +44,7 @@ class BenchDeps:
     run_faults: Callable[[Path], dict[str, Any]] = lambda log: {"returncode": None, "tail": ""}
     load_problem: Callable[[str], Any] = field(default=None)  # type: ignore[assignment]
     now: Callable[[], float] = time.perf_counter
-    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    cores: int = field(default_factory=usable_cores)
     cost: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:

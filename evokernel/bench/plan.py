@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -13,7 +12,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from evokernel.config import DEFAULT_HIDE_HOST_MS, TimingConfig
 from evokernel.records import Candidate
 from evokernel.operators.tunables import Tunable, find_tunables, set_tunables
-from evokernel.build.host import default_build_workers
+from evokernel.build.host import default_build_workers, usable_cores
 
 PHASES = ("cold", "warm", "nvrtc_cold", "nvrtc_warm", "fidelity", "sequential", "faults")
 #: The phases that measure the throughput set (the tune variants of ``BenchPlan.throughput``).
@@ -301,8 +300,8 @@ class CostModel:
 
 
 def machine_cores(cores: int | None = None) -> int:
-    """``cores``, else this machine's CPU count (at least 1)."""
-    return cores or os.cpu_count() or 1
+    """``cores``, else the cores this process may use (evokernel.build.host.usable_cores)."""
+    return cores or usable_cores()
 
 
 def engine_build_workers(plan: BenchPlan, cores: int) -> int:

@@ -37,9 +37,19 @@ def default_build_workers(cores: int | None = None) -> int:
     ends first (12.4 s against cuda.cu's ~35 s with light headers, evokernel.build.headers), so
     a build keeps ~1.35 cores busy: at one build per two cores, session 20's H200 host (16
     cores, 8 builds) ran at 100% CPU while both compiled and at 50-60% after, in every wave
-    (results/h200-2026-12-04-s20/README.md, chain/vmstat.txt)."""
-    n = cores if cores is not None else (os.cpu_count() or 2)
+    (results/h200-2026-12-04-s20/README.md, chain/vmstat.txt). This host's cores are the ones
+    this process may run on (its CPU affinity, as a container's cpuset narrows it), not all of
+    the machine's; a CPU quota (cgroup cpu.max) is not read."""
+    n = cores if cores is not None else usable_cores()
     return max(1, n * 3 // 4)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity (Linux), else os.cpu_count(), else 2."""
+    try:
+        return len(os.sched_getaffinity(0)) or 2
+    except (AttributeError, OSError):
+        return os.cpu_count() or 2
 
 
 def below_gpu(cmd: list[str], rung: int = BUILD_NICENESS) -> list[str]:

@@ -325,6 +325,15 @@ def test_default_build_workers_keep_the_cores_busy_without_doubling_them():
     assert default_build_workers() >= 1
 
 
+def test_default_build_workers_count_the_cores_this_process_may_use(monkeypatch):
+    import os
+
+    from evokernel.build import host
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert host.usable_cores() == 4 and host.default_build_workers() == 3
+
+
 def test_builds_run_below_the_gpu_workers(tmp_path):
     """Compilers at niceness +10: the GPU workers' set-ups and timings come first."""
     import shutil
