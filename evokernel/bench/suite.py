@@ -100,6 +100,9 @@ class ModeRun:
     setups: dict[str, dict[str, float]]
     loops: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     timelines: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    #: each problem's set-up's part made ahead (info["predrawn"], evokernel.engine.predraw:
+    #: sets handed over and seconds spent; None: nothing made ahead)
+    ahead: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _steps(info: Mapping[str, Any] | None) -> dict[str, float]:
@@ -140,7 +143,8 @@ def together(jobs: Sequence[ProblemJob], config: EvalConfig, deps: SuiteDeps,
     return ModeRun({o.problem: list(o.results) for o in outcomes},
                    {o.problem: _steps(o.info) for o in outcomes if not o.error},
                    {o.problem: dict(o.steps_s) for o in outcomes},
-                   {o.problem: dict(o.timeline_s) for o in outcomes if o.timeline_s})
+                   {o.problem: dict(o.timeline_s) for o in outcomes if o.timeline_s},
+                   {o.problem: (o.info or {}).get("predrawn") for o in outcomes})
 
 
 def timeline_summary(timelines: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -209,7 +213,8 @@ def suite_phase(jobs: Sequence[ProblemJob], config: EvalConfig, work_dir: Path,
             "timeline": timeline_summary(got.timelines),
             # each problem's own seconds, for reading the run's time line (JSON only)
             "per_problem": {p: {"timeline": got.timelines.get(p, {}), "loop": got.loops.get(p, {}),
-                                "setup": got.setups.get(p, {})} for p in got.results}}
+                                "setup": got.setups.get(p, {}), "ahead": got.ahead.get(p)}
+                            for p in got.results}}
         logger.info("suite {}: {} kernels in {:.1f} s", mode, len(results), wall)
     a = verdicts.get("one_at_a_time", {})
     report["differ"] = sorted(f"{k}: {a.get(k)} vs {m} {v.get(k)}"

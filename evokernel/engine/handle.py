@@ -77,8 +77,8 @@ class WorkerHandle:
         the set-up's own, evokernel.engine.worker.preload) and waits, so that a later ``start``
         costs the set-up alone. Used to get the next problem's worker ready while the current
         one is set up and its candidates are timed (evokernel.engine.problem_set); it opens no
-        CUDA context, so it cannot disturb them. It is sent its problem at once, to draw the
-        set-up's input sets on the CPU while it waits (evokernel.engine.predraw).
+        CUDA context, so it cannot disturb them. It is sent its problem at once, to do the
+        set-up's CPU part (module, model, input sets) while it waits (evokernel.engine.predraw).
         ``warm``: also ``warm()`` it now."""
         self._spawn()
         if self._send is not None and self._pending_setup is not None:

@@ -10,22 +10,25 @@ sent its problem at once and does that CPU part in its main thread while it wait
 (``predraw``); the set-up then takes the model and each set from ``Predrawn``.
 
 The set-up must see exactly what it would have made itself, whatever the problem's code does
-(a review, 2026-12-04, found problems for which a looser scheme changed the inputs): the same
-thread (thread-local torch settings made at import), the same order of calls to the module
-(``get_init_inputs``, ``Model``, then ``get_inputs`` once per set, in the set-up's order, none
-repeated or skipped, so a module with state of its own sees the same sequence), the same
-precision settings (the model and the gate's sets under strict FP32, the timing sets not), a
-copy of each set taken as it is drawn (as the set-up's copy to the GPU is: a ``get_inputs``
-refilling one buffer gives distinct sets), and torch's generators left, at each hand-over, as
-that call would have left them; the model and the gate's sets in one strict-FP32 block, the
-model's tensors copied at once (as its move to the GPU copies them before any draw). A source
-that mentions CUDA is not run ahead at all, and CUDA's lazy initialisation raises while problem
-code runs ahead (it might make a CUDA context beside another problem's timing; a C++ path that
-skips it, such as ``pin_memory``, is only noticed after, and what was made is then dropped).
-Not reproduced: a ``forward`` that reads module state written by ``get_inputs`` (the set-up
-runs draw, forward, draw, ...; ahead, the draws come first). Drawing stops before the next set when
-a message is waiting (the set-up, usually) or when it would pass ``host_budget()``; what is not
-drawn ahead is drawn at the set-up, in order, by the same module.
+(two reviews, 2026-12-04, found problems for which looser schemes changed the inputs):
+- the same thread (torch settings made at import are thread-local);
+- the same calls to the module in the same order (``get_init_inputs``, ``Model``, then
+  ``get_inputs`` once per set in the set-up's order, none repeated or skipped), so a module with
+  state of its own sees the same sequence;
+- the model and the gate's sets made in one strict-FP32 block, the timing sets outside it, as
+  the set-up's GateReference.build does (precision changed by ``Model`` reaches the gate draws);
+- the model's tensors copied at once and each set copied as it is drawn, as the set-up's copies
+  to the GPU are (a buffer that ``get_inputs`` refills, also one the model holds);
+- torch's generators left, at each hand-over, as that call would have left them.
+A source that mentions CUDA is not run ahead, and CUDA's lazy initialisation raises while
+problem code runs ahead (a CUDA context beside another problem's timing would disturb it); a
+C++ path that skips it, such as ``pin_memory``, is only noticed after, and what was made is
+then dropped. Not reproduced: a ``forward`` that reads module state written by ``get_inputs``
+(the set-up runs draw, forward, draw, ...; ahead, the draws come first).
+
+Drawing stops before the next set when a message is waiting (the set-up, usually) or when it
+would pass ``host_budget()``; what is not drawn ahead is drawn at the set-up, in order, by the
+same module.
 """
 from __future__ import annotations
 

@@ -201,7 +201,8 @@ def test_each_problems_gpu_time_is_split_by_step_in_both_modes(tmp_path):
             clock.t += 0.5
 
     def evaluate_set(jobs, config, warm_ahead=False):
-        return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates], {}, 0,
+        return [ProblemOutcome(j.problem.name, [ok(c) for c in j.candidates],
+                               {"predrawn": {"sets": 8 - i, "s": 0.5}}, 0,
                                steps_s={"start": 1.0 + i, "build_wait": 30.0 * (i == 0),
                                         "verdicts": 0.5, "close": 0.25},
                                timeline_s={"turn": 2.0 + 5 * i, "built": 40.0 + i,
@@ -225,6 +226,11 @@ def test_each_problems_gpu_time_is_split_by_step_in_both_modes(tmp_path):
     assert report["modes"]["together"]["timeline"] == {"first_turn_s": 2.0, "last_built_s": 42.0,
                                                        "last_done_s": 55.0}
     assert report["modes"]["one_at_a_time"]["timeline"] == {}
+    # each problem's own time line, steps and part made ahead, in the JSON
+    mm = report["modes"]["together"]["per_problem"]["matmul"]
+    assert mm["timeline"] == {"turn": 7.0, "built": 41.0, "done": 50.0}
+    assert mm["loop"]["start"] == 2.0 and mm["ahead"] == {"sets": 7, "s": 0.5}
+    assert report["modes"]["one_at_a_time"]["per_problem"]["matmul"]["ahead"] is None
     assert "together, seconds after the builds were submitted: the first problem's turn 2.0, " \
         "the last build done 42.0, the last verdict 55.0" in md
 
