@@ -52,6 +52,7 @@ def test_sheet_ptxas_and_prompt_on_the_device(tmp_path):
     print(steps)
     assert list(steps)[:3] == ["load_wait", "problem_module", "gate_reference"]   # load_wait:
     assert "time_reference" in steps                   # the worker's, before the Session's
+    assert {"l2_flusher", "spin_kernel", "trace_kernels"} <= set(steps)
     assert all(v >= 0 for v in steps.values()) and steps["compile_baseline"] < 0.5  # not measured
     assert "setup_steps_s" not in user
     if profile:
