@@ -39,7 +39,8 @@
 #          appended to RESULTS_DIR/gpu_tests_ledger.csv as it ends, and tests a ledger records as
 #          passed with the same code (scripts/code_hash.sh: a commit of results or docs keeps
 #          them) are not run again (GPU_TESTS_RESUME=FILE: an earlier call's ledger, e.g. a
-#          committed one)
+#          committed one); a failure's text goes to gpu_tests_ledger.csv.failures.txt as it
+#          ends (pytest prints it only at the end, which a stage cut by LIMIT never reaches)
 #   gate-report: experiments/gate_report.py, every cheat and legitimate fixture in tests/kernels/
 #          (into RESULTS_DIR/gate_report/); gpu-tests leave out its pytest twin
 #          (tests/gate/test_gpu_gate_fixtures.py, the same run), so run it on its own:

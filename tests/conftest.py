@@ -34,7 +34,8 @@ def _skip_gpu_tests_without_a_gpu(items):
 # "unknown"), and tests whose last recorded outcome at the same commit is a pass are deselected
 # (a later call runs only the rest; a call that passed and then failed in teardown is not a
 # pass). A ledger that cannot be read or written is reported once and ignored: every test runs.
-# scripts/gpu_check.sh's gpu-tests stage sets both.
+# A failure's text also goes to FILE.failures.txt as it ends. scripts/gpu_check.sh's gpu-tests
+# stage sets both.
 OUTCOMES = ("passed", "failed", "skipped")
 
 
@@ -91,5 +92,16 @@ def pytest_runtest_logreport(report):
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"{when},{commit},{report.nodeid},{report.outcome},{report.duration:.1f}\n")
+        if report.failed:
+            _keep_failure(path + ".failures.txt", when, report)
     except OSError as e:
         _ledger_trouble(f"cannot write {path}", e)
+
+
+def _keep_failure(path, when, report, keep=20000):
+    """A failure's text (its last ``keep`` characters), appended to ``path`` as the test ends:
+    pytest prints failures only at the session's end, which a stage cut by its time limit never
+    reaches (the H200, 2026-12-04: a sandbox test's 240 s timeout message was lost so)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"==== {when} {report.nodeid} ({report.when}) failed\n"
+                f"{report.longreprtext[-keep:]}\n")

@@ -47,6 +47,9 @@ def test_the_ledger_resumes_at_the_same_commit_only(tmp_path):
     assert [(r[2].split("::")[1], r[3]) for r in rows] == [
         ("test_a", "passed"), ("test_b", "failed"), ("test_c", "passed"), ("test_c", "failed"),
         ("test_d[p,q]", "passed")]
+    kept = Path(str(ledger) + ".failures.txt").read_text()      # written as each test ended
+    assert kept.count("==== ") == 2 and "test_b (call) failed" in kept, kept
+    assert "test_c (teardown) failed" in kept and "assert None == '1'" in kept, kept
     out = _run(tmp_path, ledger, "c1", {"B_OK": "1", "T_OK": "1"})
     assert "2 passed, 2 deselected" in out, out         # test_b and test_c (teardown) again
     out = _run(tmp_path, ledger, "c1")
