@@ -71,7 +71,8 @@ def hold_key(scene: dict[str, Any], stage: str, contained: bool,
     A key holder still running after ``timeout_s`` (below the GPU stage's pytest-timeout of
     300 s, so this message wins) is killed with every process of its session, and the test
     fails with what it and its workers had written (twice on the H200 the contained GPU case
-    ran past the stage's limit and left nothing to read)."""
+    ran past the stage's limit and left nothing to read; the third time, 2026-12-04, the
+    idle times of its vmstat pointed at the shared-GPU guard's waits: see key_holder._gpu)."""
     spec = {k: scene[k] for k in ("run_dir", "home", "cache_dir", "port", "canary")}
     spec.update(stage=stage, contained=contained, root=str(ROOT))
     env = dict(os.environ, OPENAI_API_KEY=scene["canary"], HOME=scene["home"],

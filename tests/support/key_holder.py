@@ -58,8 +58,12 @@ def _gpu(cand, cache, contained, root):
     from evokernel.problem import load_problem
     faults = Path(root) / "tests" / "kernels" / "faults"
     ok = Candidate(source=(faults / "add_ok.py").read_text(), idea="add_ok")
+    # gpu_sharing="mark": pytest, this key holder's parent, holds a CUDA context once an earlier
+    # GPU test ran in it, and the shared-GPU guard counts any process on the GPU that is not a
+    # descendant as another user: "wait" then slept 120 s up to four times and the test ran past
+    # its 240 s (the H200, 2026-12-04, after tests/build's first GPU test; alone it passed in 58 s).
     config = EvalConfig(cache_dir=str(cache), eval_timeout_s=120, measure_compile=False,
-                        sandbox=contained, require_sandbox=contained)
+                        sandbox=contained, require_sandbox=contained, gpu_sharing="mark")
     _say("starting the evaluator")
     evaluator = CudaEvaluator(load_problem(faults / "problem_add.py"), config)
     try:
