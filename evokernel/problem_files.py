@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from loguru import logger
+
 from evokernel.errors import EvokernelError
 from evokernel.problem import Problem, load_problem, load_problems
 
@@ -45,11 +47,11 @@ def candidate_files(problems: Sequence[Problem], kernels: str | None) -> dict[st
     if kernels is not None:
         k = Path(kernels)
         if k.is_file() and k.suffix == ".json":
-            try:
-                mapping = {name: (k.parent / path) for name, path in json.loads(
-                    k.read_text()).items()}
-            except (ValueError, AttributeError) as e:
-                raise EvokernelError(f"{k}: not a JSON object of problem -> kernel file") from e
+            mapping = _mapping(k)
+            unknown = sorted(set(mapping) - {p.name for p in problems})
+            if unknown:
+                logger.warning("{}: no problem of this set is named {} (the set: {})", k,
+                               ", ".join(map(repr, unknown)), ", ".join(p.name for p in problems))
         elif not k.is_dir():
             raise EvokernelError(f"{k}: not a folder of candidates or a JSON mapping")
     out: dict[str, Path | None] = {}
@@ -63,3 +65,23 @@ def candidate_files(problems: Sequence[Problem], kernels: str | None) -> dict[st
             f = Path(kernels) / f"{p.name}.py"
             out[p.name] = f if f.is_file() else None
     return out
+
+
+def _mapping(path: Path) -> dict[str, Path]:
+    """The JSON mapping at ``path``, each kernel path taken from the JSON's folder.
+
+    Raises:
+        EvokernelError: not a JSON object, or an entry whose value is not a non-empty path
+            string (the file and the entry named)."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise EvokernelError(f"{path}: not a JSON object of problem -> kernel file ({e})") from e
+    if not isinstance(raw, dict):
+        raise EvokernelError(f"{path}: not a JSON object of problem -> kernel file")
+    bad = [name for name, value in raw.items() if not (isinstance(value, str) and value.strip())]
+    if bad:
+        raise EvokernelError(f"{path}: {', '.join(repr(b) for b in bad)}: the kernel file must be a "
+                             f"path (a non-empty string), got "
+                             f"{', '.join(json.dumps(raw[b]) for b in bad)}")
+    return {name: path.parent / value for name, value in raw.items()}

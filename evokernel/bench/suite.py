@@ -72,6 +72,10 @@ def suite_jobs(specs: Sequence[str], kernels: str | None, variants: int) -> list
             if f is not None and f.is_file():
                 jobs.append(ProblemJob(p, (Candidate(source=f.read_text(), idea=f"file {f}",
                                                      operator="check"),)))
+            else:
+                logger.warning("bench: suite: {} left out: {}", p.name,
+                               f"no such kernel file {f}" if f is not None
+                               else f"{kernels} names no kernel for it")
     else:
         for p in problems:
             if p.seed_source:

@@ -8,6 +8,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from loguru import logger
 
 from evokernel.bench import cli as bench_cli
 from evokernel.bench.suite import SuiteDeps, suite_jobs, suite_markdown, suite_phase
@@ -115,8 +116,19 @@ def test_a_setup_clock_names_each_step_in_order(monkeypatch):
 def test_kernels_from_a_folder(tmp_path):
     seed = Path(suite_jobs(["softmax"], None, 1)[0].problem.path).parent / "seeds"
     (tmp_path / "softmax.py").write_text((seed / "softmax.py").read_text())
-    jobs = suite_jobs(["softmax", "matmul"], str(tmp_path), 1)
+    said = []
+    sink = logger.add(lambda m: said.append(m.record["message"]), level="WARNING")
+    try:
+        jobs = suite_jobs(["softmax", "matmul"], str(tmp_path), 1)
+        mapping = tmp_path / "map.json"
+        mapping.write_text('{"softmax": "softmax.py", "matmul": "gone.py"}')
+        mapped = suite_jobs(["softmax", "matmul"], str(mapping), 1)
+    finally:
+        logger.remove(sink)
     assert [j.problem.name for j in jobs] == ["softmax"]          # matmul has no file
+    assert [j.problem.name for j in mapped] == ["softmax"]
+    assert said == [f"bench: suite: matmul left out: {tmp_path} names no kernel for it",
+                    f"bench: suite: matmul left out: no such kernel file {tmp_path / 'gone.py'}"]
     with pytest.raises(ConfigError, match="no problem"):
         suite_jobs(["matmul"], str(tmp_path), 1)
 

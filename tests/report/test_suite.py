@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from loguru import logger
 
 from evokernel.cli.main import main
 from evokernel.config import EvalConfig, RunConfig
+from evokernel.errors import EvokernelError
 from evokernel.problem import load_problem
 from evokernel.records import EvalResult, Reason, Verdict
 from evokernel.report.suite import (SuiteRow, aggregates, fast_p, geomean_speedup, missing_row,
@@ -141,6 +143,32 @@ def test_candidate_files_seed_folder_and_mapping(tmp_path):
     mapping.write_text(json.dumps({"matmul": "softmax.py"}))
     assert candidate_files(problems, str(mapping)) == {"softmax": None,
                                                        "matmul": tmp_path / "softmax.py"}
+
+
+@pytest.mark.parametrize("value", [3, None, "", ["a.py"]])
+def test_a_mapping_entry_that_is_not_a_path_is_named(tmp_path, value, capsys):
+    """A new user's {"relu": 3} gave a TypeError traceback naming neither file nor entry."""
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({"matmul": "softmax.py", "softmax": value}))
+    with pytest.raises(EvokernelError) as e:
+        candidate_files(suite_problems(["softmax", "matmul"]), str(mapping))
+    assert str(mapping) in str(e.value) and "'softmax'" in str(e.value), e.value
+    assert "'matmul'" not in str(e.value) and json.dumps(value) in str(e.value), e.value
+    assert main(["suite", "softmax", "--kernels", str(mapping), "-o", str(tmp_path / "s")]) == 2
+    assert "the kernel file must be a path" in capsys.readouterr().err
+
+
+def test_a_mapping_key_that_names_no_problem_is_warned(tmp_path):
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({"softmaxx": "a.py", "matmul": "b.py"}))
+    said = []
+    sink = logger.add(lambda m: said.append(m.record["message"]), level="WARNING")
+    try:
+        files = candidate_files(suite_problems(["softmax", "matmul"]), str(mapping))
+    finally:
+        logger.remove(sink)
+    assert files == {"softmax": None, "matmul": tmp_path / "b.py"}
+    assert len(said) == 1 and "'softmaxx'" in said[0] and str(mapping) in said[0], said
 
 
 class StandIn:
