@@ -16,19 +16,32 @@ from typing import Sequence
 
 from loguru import logger
 
-from evokernel.errors import EvokernelError
-from evokernel.problem import Problem, load_problem, load_problems
+from evokernel.errors import EvokernelError, ProblemError
+from evokernel.problem import Problem, load_each, load_problem, load_problems
 
 
-def suite_problems(specs: Sequence[str]) -> list[Problem]:
+def suite_problems(specs: Sequence[str],
+                   malformed: dict[Path, ProblemError] | None = None) -> list[Problem]:
     """Every problem named by ``specs`` (folders, files or built-in names), in order, once.
 
+    Args:
+        malformed: None (every malformed file is an error), or a dict that gets each malformed
+            problem file (path -> its ProblemError) while the good ones are returned.
     Raises:
-        ProblemError: a malformed or missing problem (every malformed file named).
+        ProblemError: a name that is no file, folder or built-in problem, a folder without
+            problem files, or (``malformed`` None) a malformed problem (every one named).
     """
     problems: dict[Path, Problem] = {}
     for spec in specs:
-        batch = load_problems(spec) if Path(spec).is_dir() else [load_problem(spec)]
+        if malformed is None:
+            batch = load_problems(spec) if Path(spec).is_dir() else [load_problem(spec)]
+        else:
+            batch = []
+            for path, loaded in load_each(spec):
+                if isinstance(loaded, ProblemError):
+                    malformed.setdefault(path, loaded)
+                else:
+                    batch.append(loaded)
         for p in batch:
             problems.setdefault(p.path, p)
     return list(problems.values())

@@ -28,7 +28,7 @@ from loguru import logger
 
 from evokernel.cli import options
 from evokernel.config import EvalConfig, RunConfig
-from evokernel.errors import EvokernelError, NoGPUError
+from evokernel.errors import EvokernelError, NoGPUError, ProblemError
 from evokernel.problem import Problem
 from evokernel.problem_files import candidate_files, suite_problems
 from evokernel.records import Candidate
@@ -210,12 +210,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_suite(args: argparse.Namespace) -> int:
     """Exit status 0 when the table was written."""
     from evokernel.report import suite
+    try:
+        suite.output_paths(args.output)        # a path it cannot write fails now, not at the end
+    except OSError as e:
+        raise EvokernelError(f"-o {e}") from e
     if args.from_checks:
         _refuse_unused_flags(args)
-        if not Path(args.from_checks).is_dir():
-            raise EvokernelError(f"{args.from_checks}: no such folder of check_*.json files")
+        checks = Path(args.from_checks)
+        if not checks.is_dir():
+            raise EvokernelError(f"{checks}: not a folder of check_*.json files" if
+                                 checks.exists() else f"{checks}: no such folder of check_*.json files")
         try:
-            rows = suite.rows_from_checks(args.from_checks)
+            rows = suite.rows_from_checks(checks)
         except ValueError as e:
             raise EvokernelError(str(e)) from e
         if args.problems:   # problems named but never checked count against fast_p
@@ -251,12 +257,30 @@ def _refuse_unused_flags(args: argparse.Namespace) -> None:
 
 
 def _suite_on_gpu(args: argparse.Namespace) -> list[SuiteRow]:
-    from evokernel.cli.run import run_with_progress
+    """The rows of `suite` without --from-checks: a malformed problem file gets a row (not
+    correct, the error its reason) and the others go on.
 
+    Raises:
+        EvokernelError: no problem named, or none that is not malformed.
+    """
     if not args.problems:
         raise EvokernelError("suite: name a folder, files or built-in problems "
                              "(or --from-checks DIR)")
-    problems = suite_problems(args.problems)
+    malformed: dict[Path, ProblemError] = {}
+    problems = suite_problems(args.problems, malformed)
+    for path, error in malformed.items():
+        logger.warning("suite: {} is left out, and counts as not correct: {}", path, error)
+    skipped = [missing_row(path.stem, f"malformed problem: {error}")
+               for path, error in malformed.items()]
+    if not problems:
+        raise ProblemError("suite: no problem to run; every problem file is malformed:\n  " +
+                           "\n  ".join(str(e) for e in malformed.values()))
+    return _run_problems(args, problems) + skipped
+
+
+def _run_problems(args: argparse.Namespace, problems: list[Problem]) -> list[SuiteRow]:
+    """The rows of a search or a check of ``problems`` (`suite` without --from-checks)."""
+    from evokernel.cli.run import run_with_progress
     if args.search:
         config = RunConfig(search=options.search_config(args),
                            evaluation=options.eval_config(args), llm=options.llm_config(args))

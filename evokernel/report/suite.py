@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -153,18 +154,23 @@ def rows_from_checks(folder: str | Path, pattern: str = "check_*.json") -> list[
     """Rows from every check JSON file in ``folder``, sorted by problem name.
 
     Raises:
-        ValueError: no such file, or a file that is not a check file (named).
+        ValueError: no such file, a file that is not a check file, or two files that check one
+            problem (named).
     """
     files = sorted(Path(folder).glob(pattern))
     if not files:
         raise ValueError(f"{folder}: no {pattern} files")
-    rows = []
+    rows: dict[str, tuple[Path, SuiteRow]] = {}
     for f in files:
         try:
-            rows.append(row_from_check(json.loads(f.read_text())))
+            row = row_from_check(json.loads(f.read_text()))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{f}: {e}") from e
-    return sorted(rows, key=lambda r: r.problem)
+        if row.problem in rows:   # two rows of one problem would count it twice in fast_p
+            raise ValueError(f"{f}: problem {row.problem!r} is also checked in "
+                             f"{rows[row.problem][0]}; keep one check file per problem")
+        rows[row.problem] = (f, row)
+    return [row for _, row in sorted(rows.values(), key=lambda fr: fr[1].problem)]
 
 
 def missing_row(problem: str, reason: str) -> SuiteRow:
@@ -223,12 +229,30 @@ def write(rows: Sequence[SuiteRow], out: str | Path, title: str = "suite") -> tu
     """Write ``<out>.md`` and ``<out>.json`` (a suffix .md or .json on ``out`` is dropped).
 
     Returns: (markdown path, json path).
+    Raises: OSError, as output_paths.
+    """
+    md, js = output_paths(out)
+    md.write_text(to_markdown(rows, title))
+    js.write_text(json.dumps(to_json(rows, title), indent=2) + "\n")
+    return md, js
+
+
+def output_paths(out: str | Path) -> tuple[Path, Path]:
+    """``<out>.md`` and ``<out>.json`` (a suffix .md or .json on ``out`` dropped), their folder
+    made: called before a suite runs, so that a path it cannot write fails at once, not after
+    every verdict is in.
+
+    Raises:
+        OSError: the folder cannot be made or written (the path named).
     """
     base = Path(out)
     if base.suffix in (".md", ".json"):
         base = base.with_suffix("")
-    base.parent.mkdir(parents=True, exist_ok=True)
-    md, js = base.with_name(base.name + ".md"), base.with_name(base.name + ".json")
-    md.write_text(to_markdown(rows, title))
-    js.write_text(json.dumps(to_json(rows, title), indent=2) + "\n")
-    return md, js
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"{out}: cannot make its folder {base.parent}: "
+                      f"{e.strerror or e} ({e.filename or base.parent})") from e
+    if not os.access(base.parent, os.W_OK):
+        raise OSError(f"{out}: its folder {base.parent} is not writable")
+    return base.with_name(base.name + ".md"), base.with_name(base.name + ".json")

@@ -307,3 +307,61 @@ def test_search_all_scores_each_best(tmp_path):
     assert [(r.problem, r.correct, r.reason) for r in rows] == [
         ("softmax", True, "ok"), ("matmul", False, "no kernel accepted")]
     assert rows[0].speedup == 4.0 and rows[0].compile_speedup == 2.0   # compile_ms from meta
+
+
+def test_a_malformed_problem_gets_a_row_and_the_others_go_on(tmp_path, monkeypatch, capsys):
+    """A new user's folder with one broken problem file stopped the whole suite: the good
+    problems got no verdict. Now the broken one is named, counts as not correct, and the rest
+    run."""
+    from evokernel.engine import factory, problem_set
+    from evokernel.engine.problem_jobs import ProblemOutcome
+    folder, kernels = tmp_path / "set", tmp_path / "kernels"
+    folder.mkdir()
+    kernels.mkdir()
+    softmax = suite_problems(["softmax"])[0]
+    (folder / "softmax.py").write_text(softmax.path.read_text())
+    (folder / "syntax_bad.py").write_text("def get_inputs(:\n")
+    (folder / "no_model.py").write_text("def get_inputs():\n    return []\n")
+    (kernels / "softmax.py").write_text(candidate_files([softmax], None)["softmax"].read_text())
+
+    def together(jobs, config, devices=None):
+        assert [j.problem.name for j in jobs] == ["softmax"]
+        return [ProblemOutcome(j.problem.name, [EvalResult(
+            candidate_id=j.candidates[0].id, verdict=Verdict.ACCEPT, reason=Reason.OK,
+            reference_ms=2.0, candidate_ms=1.0)], {}, 0) for j in jobs]
+    monkeypatch.setattr(problem_set, "evaluate_problem_set", together)
+    monkeypatch.setattr(factory, "require_gpu", lambda message: None)
+    assert main(["suite", str(folder), "--kernels", str(kernels), "-o", str(tmp_path / "s")]) == 0
+    rows = {r["problem"]: r for r in json.loads((tmp_path / "s.json").read_text())["rows"]}
+    assert rows["softmax"]["correct"] is True
+    assert not rows["syntax_bad"]["correct"] and not rows["no_model"]["correct"]
+    assert rows["syntax_bad"]["reason"].startswith("malformed problem: ") and \
+        "syntax_bad.py:1" in rows["syntax_bad"]["reason"], rows
+    assert "no class Model" in rows["no_model"]["reason"], rows
+    (tmp_path / "only_bad").mkdir()
+    (tmp_path / "only_bad" / "no_model.py").write_text("def get_inputs():\n    return []\n")
+    assert main(["suite", str(tmp_path / "only_bad"), "-o", str(tmp_path / "t")]) == 2
+    assert "every problem file is malformed" in capsys.readouterr().err
+
+
+def test_from_checks_refuses_two_checks_of_one_problem(tmp_path, capsys):
+    """Two check files of softmax made two rows and counted it twice in fast_p."""
+    folder = tmp_path / "checks"
+    folder.mkdir()
+    (folder / "check_softmax.json").write_text((H200 / "check_softmax.json").read_text())
+    (folder / "check_softmax_v2.json").write_text((H200 / "check_softmax.json").read_text())
+    assert main(["suite", "--from-checks", str(folder), "-o", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "check_softmax_v2.json" in err and "check_softmax.json" in err and \
+        "one check file per problem" in err, err
+    assert not (tmp_path / "s.md").exists()
+    assert main(["suite", "--from-checks", str(folder / "check_softmax.json")]) == 2
+    assert "not a folder of check_*.json" in capsys.readouterr().err
+
+
+def test_an_output_path_it_cannot_write_fails_before_anything_runs(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    for args in (["softmax"], ["--from-checks", str(H200)]):
+        assert main(["suite", *args, "-o", str(tmp_path / "afile" / "out")]) == 2
+        err = capsys.readouterr().err
+        assert "cannot make its folder" in err and "needs a CUDA GPU" not in err, err
