@@ -97,7 +97,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `evokernel bench` (also of `python -m evokernel.bench`)."""
     p.add_argument("--phases", type=_phases_arg, default=DEFAULT_PHASES,
                    help="comma-separated: cold, warm, nvrtc_cold, nvrtc_warm, fidelity, "
-                        "sequential, faults, forms (= cold,warm,nvrtc_cold,nvrtc_warm: both "
+                        "sequential, faults, suite (a problem set, --suite-*; not in all), "
+                        "forms (= cold,warm,nvrtc_cold,nvrtc_warm: both "
                         "candidate forms side by side) or all; they run in that order (default: "
                         "cold,warm,fidelity,sequential; nvrtc_*: the NVRTC twins of the same "
                         "variants, evokernel.nvrtc; faults is tests/engine/test_gpu_faults.py)")
@@ -233,7 +234,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             seed_source(name)
     if args.dry_run:
         print(describe_plan(plan, cores=args.cores))
-        return 0
+        return 0 if suite_jobs is None else _suite_only(args, suite_jobs, plan)
     deps = cuda_deps(plan)                        # NoGPUError here, before touching anything
     print(describe_plan(plan, cores=deps.cores), flush=True)
     previous = _exit_on_sigterm()

@@ -137,6 +137,9 @@ def test_cli_suite_phase_dry_run(capsys):
     assert bench_cli.main(["--phases", "suite", "--dry-run", "--suite-variants", "2"]) == 0
     out = capsys.readouterr().out
     assert "suite phase: 5 problems, 10 kernels" in out
+    assert bench_cli.main(["--phases", "suite,cold", "--dry-run", "--suite-variants", "2"]) == 0
+    out = capsys.readouterr().out          # with another phase, the suite's plan was left out
+    assert "phases cold;" in out and "suite phase: 5 problems, 10 kernels" in out, out
     with pytest.raises(SystemExit):
         bench_cli.main(["--phases", "suit"])
     assert list(itertools.islice(bench_cli._phases_arg("cold,suite"), 2)) == ["cold", "suite"]
