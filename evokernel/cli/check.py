@@ -24,6 +24,17 @@ from evokernel.cli.kernel_faults import Fault, kernel_faults
 from evokernel.errors import EvokernelError
 
 
+
+def _arch_arg(text: str) -> str:
+    """--arch, checked as it is parsed (a bad one was refused only after the build plan was
+    printed for it)."""
+    from evokernel.build.cache import arch_digits
+    try:
+        arch_digits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return text
+
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add `check` to the subparsers ``sub``; returns its parser."""
     c = sub.add_parser("check", help="check kernel files: faults, build, gate and times",
@@ -35,7 +46,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="candidate files (each defines ModelNew and builds its CUDA)")
     c.add_argument("--build-only", action="store_true",
                    help="no GPU: name the files' faults and compile them, in parallel")
-    c.add_argument("--arch", help="with --build-only: GPU arch X.Y to compile for (none: this "
+    c.add_argument("--arch", type=_arch_arg,
+                   help="with --build-only: GPU arch X.Y to compile for (none: this "
                    "GPU's, else TORCH_CUDA_ARCH_LIST's last, else 9.0, the H200's)")
     c.add_argument("--json", help="also write the verdicts to this JSON file "
                    "(`suite --from-checks` reads it)")
