@@ -109,7 +109,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     problem = load_problem(args.problem)
     kernels = [Path(k) for k in args.kernel]
-    sources = [read_kernel(k) for k in kernels]
+    sources = read_kernels(kernels)
     if args.json and args.build_only:
         raise EvokernelError("--json records gate verdicts, which --build-only does not reach")
     if args.arch and not args.build_only:
@@ -248,6 +248,23 @@ def _write_json(path: str | None, problem: Any, info: dict[str, Any],
                             faults=[str(f) for f in faults[k]], **(reports or {}).get(k, {})))
     Path(path).write_text(json.dumps({"problem": problem.name, "device": info,
                                       "kernels": entries}, indent=2))
+
+
+def read_kernels(paths: Sequence[Path]) -> list[str]:
+    """Each kernel file's text, in order.
+
+    Raises: EvokernelError naming every file that cannot be used (not only the first)."""
+    sources, errors = [], []
+    for path in paths:
+        try:
+            sources.append(read_kernel(path))
+        except EvokernelError as e:
+            errors.append(str(e))
+    if len(errors) > 1:
+        raise EvokernelError("kernel files that cannot be used:\n  " + "\n  ".join(errors))
+    if errors:
+        raise EvokernelError(errors[0])
+    return sources
 
 
 def read_kernel(path: Path) -> str:

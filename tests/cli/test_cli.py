@@ -99,6 +99,10 @@ def test_unreadable_kernel_files(capsys, tmp_path):
     assert "not a UTF-8 text file" in capsys.readouterr().err
     assert main(["check", "softmax", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+    gone = tmp_path / "gone.py"                 # each bad file named, not only the first
+    assert main(["check", "softmax", str(gone), str(binary), "--build-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"{gone}: no such kernel file" in err and f"{binary}: not a UTF-8" in err, err
 
 
 def _foreign_sqlite(db):
