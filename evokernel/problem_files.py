@@ -29,7 +29,8 @@ def suite_problems(specs: Sequence[str],
             problem file (path -> its ProblemError) while the good ones are returned.
     Raises:
         ProblemError: a name that is no file, folder or built-in problem, a folder without
-            problem files, or (``malformed`` None) a malformed problem (every one named).
+            problem files, two problems of one name, or (``malformed`` None) a malformed
+            problem (every one named).
     """
     problems: dict[Path, Problem] = {}
     for spec in specs:
@@ -44,6 +45,11 @@ def suite_problems(specs: Sequence[str],
                     batch.append(loaded)
         for p in batch:
             problems.setdefault(p.path, p)
+    by_name: dict[str, Path] = {}
+    for p in problems.values():
+        if by_name.setdefault(p.name, p.path) != p.path:
+            raise ProblemError(f"two problems are named {p.name!r}: {by_name[p.name]} and "
+                               f"{p.path}; a suite's rows and kernels go by name (rename one)")
     return list(problems.values())
 
 

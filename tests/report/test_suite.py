@@ -365,3 +365,13 @@ def test_an_output_path_it_cannot_write_fails_before_anything_runs(tmp_path, cap
         assert main(["suite", *args, "-o", str(tmp_path / "afile" / "out")]) == 2
         err = capsys.readouterr().err
         assert "cannot make its folder" in err and "needs a CUDA GPU" not in err, err
+
+
+def test_two_problems_of_one_name_are_refused(tmp_path):
+    """Rows and kernels go by name: two relu.py files got one candidate and two 'relu' rows."""
+    softmax = suite_problems(["softmax"])[0]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "softmax.py").write_text(softmax.path.read_text())
+    with pytest.raises(EvokernelError, match="two problems are named 'softmax'"):
+        suite_problems(["softmax", str(tmp_path / "a")])
+    assert [p.name for p in suite_problems(["softmax", str(softmax.path)])] == ["softmax"]
