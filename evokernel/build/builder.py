@@ -38,13 +38,14 @@ from evokernel.errors import ConfigError
 from evokernel.build.forms import form_name
 from evokernel.build.host import (BUILD_NICENESS, BuildLadder, below_gpu, default_build_workers,
                                   kill_session)
+from evokernel.build.inflight import BuildSessions, BuildStopped
 from evokernel.jsonfile import write_json_atomic
 from evokernel.build.cache import (ARCH_PATTERN, MARKER, arch_digits, cache_key, exclusive_lock,
                                    extension_key, load_candidate, patched_load_inline,
                                    rewrite_arch_flags, toolchain, toolkit_header_fallbacks)
 from evokernel.build.ptxas import resources_from_json
-from evokernel.build.publish import complete_build, publish
-from evokernel.build.sass import SassUnavailable, audit_build_dirs
+from evokernel.build.publish import complete_build, publish, publish_finished
+from evokernel.build.sass import sass_audit
 from evokernel.records import Candidate, KernelResources, PrecisionFinding, Reason
 from evokernel.sandbox import worker_env
 
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
 
 # The in-process cache (evokernel.build.cache) and worker_env (evokernel.sandbox) are
 # re-exported, so ``from evokernel.build.builder import load_candidate, worker_env`` keeps working.
-__all__ = ["LOG_TAIL_CHARS", "BuildResult", "Builder", "device_arch", "kill_session",
+__all__ = ["LOG_TAIL_CHARS", "BuildResult", "BuildStopped", "Builder", "device_arch",
+           "kill_session", "sass_audit",
            "MARKER", "cache_key", "extension_key", "load_candidate", "patched_load_inline",
            "rewrite_arch_flags", "toolchain", "toolkit_header_fallbacks", "worker_env"]
 
@@ -113,27 +115,6 @@ class BuildResult:
     precision_audit: tuple[PrecisionFinding, ...] = ()
 
 
-def sass_audit(build_dirs: Sequence[str]
-               ) -> tuple[tuple[PrecisionFinding, ...], tuple[str, ...]]:
-    """The SASS audit of a successful build's extension folders, as (findings, flags): the flag
-    ``sass_below_fp32:P1,P2`` names the narrow formats found; ``sass_audit: no instruction
-    below FP32 ...`` when none was; ``sass_audit_unavailable: why``
-    when the SASS could not be read; ``sass_audit: no SASS ...`` when the extensions hold none
-    (PTX only). Nothing for a build without extensions (no load_inline). Never raises."""
-    if not build_dirs:
-        return (), ()
-    try:
-        audit = audit_build_dirs(build_dirs)
-    except SassUnavailable as e:
-        return (), (f"sass_audit_unavailable: {e}",)
-    if not audit.has_sass:
-        return (), ("sass_audit: no SASS in the extension (PTX only?), nothing audited",)
-    if not audit.findings:
-        return (), (f"sass_audit: no instruction below FP32 in {len(audit.kernels)} kernel(s)",)
-    formats = sorted({f.precision for f in audit.findings})
-    return audit.findings, (f"sass_below_fp32:{','.join(formats)}",)
-
-
 def _tail(text: str) -> str:
     """The last LOG_TAIL_CHARS characters, with compiler command lines cut to 200 characters."""
     lines = (ln if len(ln) <= 300 else ln[:200] + " ..." for ln in text.splitlines())
@@ -163,6 +144,8 @@ class Builder:
     at BUILD_NICENESS): submitted ones first, then direct ``build`` calls.
     Each build's environment is ``worker_env()`` with ``CUDA_VISIBLE_DEVICES=""``: builds never
     touch the GPU, so they cannot disturb timings on it.
+    Builds run in sessions of their own, out of reach of a terminal's Ctrl-C: ``stop`` (also a
+    ``with`` block left by an exception, and evokernel.build.inflight.stop_all) kills them.
     Raises: ValueError for a malformed arch, timeout_s <= 0 or workers < 1.
     """
 
@@ -187,16 +170,32 @@ class Builder:
         self.ladder = BuildLadder()
         self._seq = itertools.count()
         self._rank = threading.local()               # .seq: the build this thread runs
+        self.sessions = BuildSessions()              # the builds in flight, for stop()
 
     def __enter__(self) -> "Builder":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        """``close``; left by an exception (Ctrl-C, SIGTERM), ``stop``: no one waits for the
+        results, so waiting for the builds only kept the user waiting."""
+        if exc_type is not None:
+            self.stop()
+        else:
+            self.close()
 
     def close(self) -> None:
         """Wait for running builds and stop the thread pool."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.sessions.close()
+
+    def stop(self) -> int:
+        """Stop at once: queued builds cancelled, each build in flight killed (its whole
+        session), later ones refused (they raise BuildStopped, as do those killed); waits for
+        the builds' processes to be reaped (at most 5 s), not for the threads. Finished builds
+        stay in the cache and a killed one was never published, so the next run builds it
+        again. Returns: how many builds were in flight."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        return self.sessions.stop()
 
     def submit(self, candidate: Candidate) -> Future[BuildResult]:
         """Queue one build, ranked by submission. Returns: a future of its BuildResult."""
@@ -212,7 +211,7 @@ class Builder:
 
     def build_many(self, candidates: Sequence[Candidate]) -> list[BuildResult]:
         """Build all candidates, ``workers`` at a time (duplicates once).
-        Returns: results in input order."""
+        Returns: results in input order. Raises: BuildStopped, as ``build``."""
         futures = {c.id: self.submit(c) for c in dict((c.id, c) for c in candidates).values()}
         return [futures[c.id].result() for c in candidates]
 
@@ -228,7 +227,8 @@ class Builder:
         candidate never overlap, across threads and processes sharing the cache: each holds
         ``candidates/<key>.lock``, and so does its build process, so a build whose driver died
         (killed mid-run) still holds it until it ends.
-        Returns: BuildResult.
+        Returns: BuildResult. Raises: BuildStopped once ``stop`` was called (before or while it
+        built).
         """
         if getattr(self._rank, "seq", None) is None:  # a direct call: after the submitted ones
             return self._build_as(DIRECT_SEQ + next(self._seq), candidate)
@@ -345,25 +345,32 @@ class Builder:
         """Run the build entry point in a session of its own (``mode``: "trim", "full" or
         "nvrtc", see evokernel.build.entry), with ``timeout_s - spent_s`` left and the
         descriptors ``keep_fds`` inherited (the candidate's lock), at its rung of the ladder;
-        kill the session when it ends or times out. Returns: (timed_out, exit status)."""
+        kill the session when it ends or times out. Returns: (timed_out, exit status).
+        Raises: BuildStopped once ``stop`` was called (a build that had finished is published
+        first, evokernel.build.publish.publish_finished)."""
         seq = self._rank.seq                         # set by build(), kept by a retry
         with self.ladder.rung(seq) as rung:
             cmd, env = self.command(work, mode, rung)
             with open(work / "build.log", "wb") as log:
-                proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, pass_fds=tuple(keep_fds))
+                proc = self.sessions.start(lambda: subprocess.Popen(
+                    cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True, pass_fds=tuple(keep_fds)))
                 try:
                     self.ladder.started(seq, proc.pid)   # not reaped yet: autogroup opened
-                    return False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
+                    outcome = False, proc.wait(timeout=max(1.0, self.timeout_s - spent_s))
                 except subprocess.TimeoutExpired:
-                    return True, None
+                    outcome = True, None
                 finally:
                     kill_session(proc.pid)           # also strays of a finished build
                     proc.wait()
+                    self.sessions.ended(proc.pid)
                     self.ladder.leave(seq)           # the younger ones move up now
                     if self.jail is not None:
                         self.jail.finish(work)
+        if self.sessions.stopped:                    # killed, or it ended as it was stopped
+            publish_finished(work, self.cache_dir)
+            raise BuildStopped(f"the build in {work} was stopped")
+        return outcome
 
 
 def _trimmed_and_failed(result_file: Path) -> bool:

@@ -81,6 +81,20 @@ def publish(work: Path, cache_dir: Path) -> dict[str, Any] | None:
     return r
 
 
+def publish_finished(work: Path, cache_dir: Path) -> dict[str, Any] | None:
+    """``publish`` the build of ``work`` if its worker finished it well (its result.json says
+    ok), as its Builder was stopped (evokernel.build.inflight): a finished build stays in the
+    cache, and one that was killed has no result.json, so nothing of it is published.
+    Returns: what ``publish`` returns, None when nothing was published. Never raises."""
+    r = read_result(Path(work) / "result.json")
+    if r is None or not r["ok"]:
+        return None
+    try:
+        return publish(work, cache_dir)
+    except OSError:
+        return None
+
+
 def _own_marker(folder: Path) -> bool:
     """``folder``'s marker (MARKER) is readable JSON naming ``folder``'s own key."""
     try:

@@ -5,6 +5,7 @@ instructions whose precision is below FP32.
     disassemble(path)             ``cuobjdump --dump-sass`` of a .so, .cubin or fatbin, as text
     audit_sass(text)              the below-FP32 instructions in SASS text (SassAudit)
     audit_build_dirs(dirs)        the audit of every extension (.so) in load_inline build folders
+    sass_audit(dirs)              that audit as a build's (findings, flags), never raising
     classify(opcode, operands)    one instruction's (kind, precision), or None
     summarize(findings)           the findings as one line, for a verdict's detail
 
@@ -216,6 +217,27 @@ def audit_build_dirs(build_dirs: Iterable[str | Path], tool: str | None = None) 
             findings += one.findings
             total += one.instructions
     return SassAudit(tuple(kernels), tuple(findings), total)
+
+
+def sass_audit(build_dirs: Sequence[str]
+               ) -> tuple[tuple[PrecisionFinding, ...], tuple[str, ...]]:
+    """The SASS audit of a successful build's extension folders, as (findings, flags): the flag
+    ``sass_below_fp32:P1,P2`` names the narrow formats found; ``sass_audit: no instruction
+    below FP32 ...`` when none was; ``sass_audit_unavailable: why``
+    when the SASS could not be read; ``sass_audit: no SASS ...`` when the extensions hold none
+    (PTX only). Nothing for a build without extensions (no load_inline). Never raises."""
+    if not build_dirs:
+        return (), ()
+    try:
+        audit = audit_build_dirs(build_dirs)
+    except SassUnavailable as e:
+        return (), (f"sass_audit_unavailable: {e}",)
+    if not audit.has_sass:
+        return (), ("sass_audit: no SASS in the extension (PTX only?), nothing audited",)
+    if not audit.findings:
+        return (), (f"sass_audit: no instruction below FP32 in {len(audit.kernels)} kernel(s)",)
+    formats = sorted({f.precision for f in audit.findings})
+    return audit.findings, (f"sass_below_fp32:{','.join(formats)}",)
 
 
 def with_audit(detail: str, findings: Sequence[PrecisionFinding]) -> str:
