@@ -33,6 +33,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from evokernel.build import inflight
 from evokernel.cli import advance, check, options, problems, replay, rundir, run, suite
 from evokernel.errors import EvokernelError, NoGPUError
 
@@ -94,6 +95,26 @@ def _terminate(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def interrupted(command: str, error: KeyboardInterrupt, stopped_before: int) -> str:
+    """The line for Ctrl-C or SIGTERM (``error``, a Terminated for SIGTERM) during ``command``,
+    after stopping every build still in flight (evokernel.build.inflight.stop_all: builds run in
+    sessions of their own, out of reach of a terminal's Ctrl-C, and the driver used to wait for
+    them or leave them orphaned); it counts the builds stopped since ``stopped_before``
+    (inflight.stopped_count() as the command began), by this and by Builders stopped as the
+    command unwound. Never raises."""
+    inflight.stop_all()
+    stopped = inflight.stopped_count() - stopped_before
+    line = f"evokernel: {'terminated' if isinstance(error, Terminated) else 'interrupted'}"
+    if stopped:
+        line += (f"; stopped {stopped} build{'s' if stopped != 1 else ''} in flight; finished "
+                 "builds stay in the cache")
+        if command != "run":
+            line += ", run the same command again to go on"
+    if command == "run":
+        line += "; resume with `evokernel run --resume RUN_DIR`"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv), run the command, return its exit status: 0, 1 (the
     command's own failure), 2 (bad input, no GPU), 130 (Ctrl-C), 143 (SIGTERM), 141 (a closed
@@ -105,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     at = next((i for i, t in enumerate(tokens) if not t.startswith("-")), len(tokens))
     args.cli_argv = tokens[at + 1:]
     options.configure_logging(args.verbose)
+    stopped_before = inflight.stopped_count()
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
@@ -118,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evokernel: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        hint = "; resume with `evokernel run --resume RUN_DIR`" if args.command == "run" else ""
-        print(f"evokernel: {'terminated' if isinstance(e, Terminated) else 'interrupted'}{hint}",
-              file=sys.stderr)
+        print(interrupted(args.command, e, stopped_before), file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     except BrokenPipeError:             # `evokernel problems | head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

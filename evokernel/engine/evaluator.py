@@ -262,9 +262,13 @@ class CudaEvaluator:
                                  self.config.cache_path, self.arch, env=env)
 
     def close(self) -> None:
+        """Stop the GPU workers and any build still in flight (Builder.stop: its whole session
+        killed; a run interrupted mid-build waited for it, the builds running in sessions of
+        their own); candidates without a verdict stay pending. Never waits for the threads."""
         for w in self.workers:
             w.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.builder.stop()
 
 
 def _emitter(on_event: OnEvent | None) -> OnEvent:
