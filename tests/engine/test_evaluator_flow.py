@@ -5,13 +5,17 @@ stand-ins with the interfaces it uses."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from evokernel.build.builder import BuildResult
+import pytest
+
+from evokernel.build.builder import Builder, BuildResult, BuildStopped
 from evokernel.config import EvalConfig
 from evokernel.engine.evaluator import CudaEvaluator
 from evokernel.engine.gpu_share import SharedGpuGuard
 from evokernel.records import Candidate, Reason
+from tests.build.test_build_stop import live_in_session, running, slow_candidate, wait_for_pids
 from tests.support.runstores import accepted, kernel as cand
 
 
@@ -97,3 +101,30 @@ def test_a_display_that_raises_costs_no_result():
     (r,) = ev.evaluate([c], on_event=broken)
     assert r.accepted and r.candidate_id == c.id
     ev._pool.shutdown()
+
+
+class ClosingWorker(StandInWorker):
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_close_stops_the_build_in_flight(tmp_path):
+    """`evokernel run` interrupted mid-build: the evaluator's close (in Evolution's finally)
+    kills the build in flight, session and all; it used to leave it running (the evaluator
+    never closed its Builder) and the driver's exit waited for it."""
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    (flags / "slow").touch()
+    worker = ClosingWorker()
+    ev = _evaluator(Builder(tmp_path / "cache", arch="9.0", timeout_s=300, workers=1,
+                            audit=False), [worker])
+    future = ev._pool.submit(ev.builder.build, Candidate(slow_candidate(flags, "a")))
+    sid, child = wait_for_pids(flags / "a.pids")
+    t0 = time.monotonic()
+    ev.close()
+    assert time.monotonic() - t0 < 2 and worker.closed
+    assert not live_in_session(sid) and not running(child)
+    with pytest.raises(BuildStopped):
+        future.result(timeout=5)
