@@ -38,7 +38,8 @@ _stopped = 0                                          # builds stopped in this p
 
 class BuildStopped(EvokernelError):
     """The Builder was stopped (Ctrl-C, SIGTERM, ``Builder.stop``) before or while this build
-    ran: it has no result, nothing of it was published, and it builds again next time."""
+    ran: it has no result, and it builds again next time, unless it had finished as it was
+    stopped (then it was published, evokernel.build.publish.publish_finished)."""
 
 
 class BuildSessions:
