@@ -19,6 +19,7 @@ from pathlib import Path
 from evokernel.build.builder import Builder
 from evokernel.build.cache import MARKER
 from evokernel.records import Candidate
+from tests.support.staged_build import stage_build
 
 KEY = "ab" * 32
 
@@ -85,20 +86,10 @@ def test_an_unpublished_result_is_no_cache_hit(tmp_path, monkeypatch):
     assert builder.build(cand).cache_hit and runs == ["trim"]      # published: a hit
 
     (work,) = [f.parent for f in (tmp_path / "candidates").glob("*/result.json")]
-    _leave(work, "cd" * 32)                           # an orphan's result, never published
+    stage_build(work, "cd" * 32)                           # an orphan's result, never published
     again = builder.build(cand)
     assert runs == ["trim", "trim"] and again.ok and not again.cache_hit
     assert again.build_dirs == (str(folder),)
-
-
-def _leave(work: Path, key: str) -> None:
-    """A finished build of extension ``key`` staged in ``work`` and the result naming it."""
-    out = work / "builds" / key
-    out.mkdir(parents=True)
-    (out / MARKER).write_text(json.dumps({"key": key}))
-    (out / "ext.so").write_bytes(b"built")
-    (work / "result.json").write_text(json.dumps(
-        {"ok": True, "cache_hit": False, "build_dirs": [str(out)], "flags": []}))
 
 
 def _published(tmp_path, monkeypatch):
@@ -109,7 +100,7 @@ def _published(tmp_path, monkeypatch):
 
     def stand_in(work: Path, mode: str, spent_s: float = 0.0, keep_fds=()):
         runs.append(mode)
-        _leave(work, KEY)
+        stage_build(work, KEY)
         (work / "build.log").write_text("")
         return False, 0
 

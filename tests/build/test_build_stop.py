@@ -8,7 +8,6 @@ build step runs it) starts a child in a process group of its own, as ninja start
 compiler, and sleeps."""
 from __future__ import annotations
 
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +17,9 @@ import pytest
 
 from evokernel.build import inflight
 from evokernel.build.builder import Builder, BuildStopped
-from evokernel.build.cache import MARKER
 from evokernel.build.publish import publish_finished
 from evokernel.records import Candidate
+from tests.support.staged_build import stage_build
 
 
 def slow_candidate(flags: Path, tag: str) -> str:
@@ -130,22 +129,11 @@ def test_stop_all_reaches_a_builder_no_with_block_closes(tmp_path):
     assert builder.stop() == 0 and inflight.stop_all() == 0
 
 
-def _staged(work: Path, key: str, ok: bool = True) -> Path:
-    """A finished build of extension ``key`` staged in ``work`` and the result naming it."""
-    out = work / "builds" / key
-    out.mkdir(parents=True)
-    (out / MARKER).write_text(json.dumps({"key": key}))
-    (out / "ext.so").write_bytes(b"built")
-    (work / "result.json").write_text(json.dumps(
-        {"ok": ok, "cache_hit": False, "build_dirs": [str(out)], "flags": []}))
-    return out
-
-
 def test_a_build_finished_as_the_builder_stops_is_published_a_failed_one_not(tmp_path):
     cache = tmp_path / "cache"
     done, failed, killed = (cache / "candidates" / n for n in ("done", "failed", "killed"))
-    _staged(done, "ab" * 32)
-    _staged(failed, "cd" * 32, ok=False)
+    stage_build(done, "ab" * 32)
+    stage_build(failed, "cd" * 32, ok=False)
     (killed / "builds" / ("ef" * 32)).mkdir(parents=True)      # no marker, no result.json
     r = publish_finished(done, cache)
     assert r is not None and r["build_dirs"] == [str(cache / "builds" / ("ab" * 32))]
