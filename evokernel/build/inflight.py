@@ -49,6 +49,7 @@ class BuildSessions:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._running: set[int] = set()
+        self._killed: set[int] = set()               # sessions a stop() has counted
         self._stopped = False
         with _lock:
             _open.add(self)
@@ -78,22 +79,26 @@ class BuildSessions:
 
     def stop(self, wait_s: float = 5.0) -> int:
         """Kill the whole session of every build in flight and refuse new builds; wait up to
-        ``wait_s`` for their drivers to reap them. Again: nothing more.
-        Returns: how many builds were in flight."""
+        ``wait_s`` for their drivers to reap them. Called again (a second Ctrl-C may have cut
+        the first call short), it kills what is still running and counts only builds not
+        counted before; it stays listed for ``stop_all`` until every kill was sent.
+        Returns: how many builds this call stopped that no earlier call had."""
+        global _stopped
         with self._cond:
-            first, self._stopped = not self._stopped, True
-            sessions = sorted(self._running) if first else []
-        self.close()
+            self._stopped = True
+            sessions = sorted(self._running)
+            new = [sid for sid in sessions if sid not in self._killed]
+            self._killed.update(new)
+        with _lock:
+            _stopped += len(new)
         for sid in sessions:
             kill_session(sid)
+        self.close()
         deadline = time.monotonic() + wait_s
         with self._cond:
             self._cond.wait_for(lambda: not self._running.intersection(sessions),
                                 max(0.0, deadline - time.monotonic()))
-        global _stopped
-        with _lock:
-            _stopped += len(sessions)
-        return len(sessions)
+        return len(new)
 
     def close(self) -> None:
         """No longer listed for ``stop_all`` (the Builder is closed)."""

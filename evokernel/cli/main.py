@@ -87,12 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, a scheduler, ``kill``), raised in the main thread like Ctrl-C so
-    the same clean-up runs: build and GPU worker processes are stopped, not left orphaned."""
+    """SIGTERM (``timeout``, a scheduler, ``kill``) or SIGHUP (the terminal closed, an ssh
+    session dropped), raised in the main thread like Ctrl-C so the same clean-up runs: build
+    and GPU worker processes are stopped, not left orphaned."""
+
+
+#: The signals that end a command with its clean-up (Ctrl-C's SIGINT raises KeyboardInterrupt).
+ENDING = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _terminate(signum: int, frame: Any) -> None:
     raise Terminated()
+
+
+def _handlers(handler: Any) -> dict[int, Any]:
+    """Set ``handler`` for SIGINT and ENDING (the main thread only). Returns: the old ones."""
+    return {s: signal.signal(s, handler) for s in (signal.SIGINT, *ENDING)}
 
 
 def interrupted(command: str, error: KeyboardInterrupt, stopped_before: int) -> str:
@@ -102,7 +112,13 @@ def interrupted(command: str, error: KeyboardInterrupt, stopped_before: int) -> 
     them or leave them orphaned); it counts the builds stopped since ``stopped_before``
     (inflight.stopped_count() as the command began), by this and by Builders stopped as the
     command unwound. Never raises."""
-    inflight.stop_all()
+    main_thread = threading.current_thread() is threading.main_thread()
+    held = _handlers(signal.SIG_IGN) if main_thread else {}   # a second Ctrl-C cut it short
+    try:
+        inflight.stop_all()
+    finally:
+        for s, h in held.items():
+            signal.signal(s, h)
     stopped = inflight.stopped_count() - stopped_before
     line = f"evokernel: {'terminated' if isinstance(error, Terminated) else 'interrupted'}"
     if stopped:
@@ -117,8 +133,8 @@ def interrupted(command: str, error: KeyboardInterrupt, stopped_before: int) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv), run the command, return its exit status: 0, 1 (the
-    command's own failure), 2 (bad input, no GPU), 130 (Ctrl-C), 143 (SIGTERM), 141 (a closed
-    pipe)."""
+    command's own failure), 2 (bad input, no GPU), 130 (Ctrl-C), 143 (SIGTERM, SIGHUP), 141
+    (a closed pipe)."""
     tokens = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(tokens)
     # the command's own tokens (after the root options and the command's name), for
@@ -127,9 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     args.cli_argv = tokens[at + 1:]
     options.configure_logging(args.verbose)
     stopped_before = inflight.stopped_count()
-    previous = None
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminate)
+        previous = {s: signal.signal(s, _terminate) for s in ENDING}
     try:
         return args.func(args)
     except NoGPUError as e:
@@ -149,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"evokernel: {where}{e.strerror or e}", file=sys.stderr)
         return 2
-    finally:                            # a caller's own handler back (main() called in-process:
-        if previous is not None:        # a test run's SIGTERM otherwise raised Terminated there)
-            signal.signal(signal.SIGTERM, previous)
+    finally:                            # a caller's own handlers back (main() called in-process:
+        for s, h in previous.items():   # a test run's SIGTERM otherwise raised Terminated there)
+            signal.signal(s, h)
 
 
 if __name__ == "__main__":

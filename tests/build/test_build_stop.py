@@ -141,3 +141,32 @@ def test_a_build_finished_as_the_builder_stops_is_published_a_failed_one_not(tmp
     assert publish_finished(failed, cache) is None and publish_finished(killed, cache) is None
     assert [p.name for p in (cache / "builds").iterdir() if p.is_dir()] == ["ab" * 32]
     assert os.path.isdir(failed / "builds" / ("cd" * 32))
+
+
+def test_a_stop_cut_short_by_a_second_ctrl_c_is_finished_by_the_next(monkeypatch):
+    """Two Ctrl-C ~1 ms apart: the second landed inside the first stop, after it had unlisted
+    its Builder and before the kills, and the builds ran on (a re-test, 7 of 7 tries)."""
+    import subprocess
+    sessions = inflight.BuildSessions()
+    procs = [sessions.start(lambda: subprocess.Popen(["sleep", "60"], start_new_session=True))
+             for _ in range(2)]
+    real_kill, calls = inflight.kill_session, []
+
+    def cut_short(sid):
+        calls.append(sid)
+        if len(calls) == 1:
+            raise KeyboardInterrupt           # the second signal, inside the first stop
+        return real_kill(sid)
+    monkeypatch.setattr(inflight, "kill_session", cut_short)
+    before = inflight.stopped_count()
+    with pytest.raises(KeyboardInterrupt):
+        sessions.stop(wait_s=0)
+    assert all(p.poll() is None for p in procs)        # nothing killed yet
+    monkeypatch.setattr(inflight, "kill_session", real_kill)
+    reaper = ThreadPoolExecutor(2)
+    for p in procs:                                    # the builds' own threads reap them
+        reaper.submit(lambda p=p: (p.wait(), sessions.ended(p.pid)))
+    assert inflight.stop_all() == 0                    # still listed; counted once, by the first
+    assert inflight.stopped_count() - before == 2
+    reaper.shutdown(wait=True)
+    assert all(p.returncode is not None for p in procs)

@@ -53,7 +53,8 @@ class ModelNew(nn.Module):
 @pytest.mark.skipif(not (CUDA_HOME / "bin" / "nvcc").is_file(),
                     reason="`check --build-only` needs a CUDA toolkit (CUDA_HOME)")
 @pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
-                                               (signal.SIGTERM, 143, "terminated")])
+                                               (signal.SIGTERM, 143, "terminated"),
+                                               (signal.SIGHUP, 143, "terminated")])
 def test_a_signal_stops_the_builds_in_flight_at_once(tmp_path, sig, status, word):
     flags = tmp_path / "flags"
     flags.mkdir()
