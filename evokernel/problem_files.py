@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from loguru import logger
 
@@ -92,8 +92,13 @@ def _mapping(path: Path) -> dict[str, Path]:
     Raises:
         EvokernelError: not a JSON object, or an entry whose value is not a non-empty path
             string (the file and the entry named)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        twice = sorted({k for i, (k, _) in enumerate(items) if k in dict(items[:i])})
+        if twice:
+            raise ValueError(f"{', '.join(map(repr, twice))} named twice")
+        return dict(items)
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(path.read_text(), object_pairs_hook=pairs)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise EvokernelError(f"{path}: not a JSON object of problem -> kernel file ({e})") from e
     if not isinstance(raw, dict):

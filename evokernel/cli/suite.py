@@ -268,13 +268,13 @@ def _suite_on_gpu(args: argparse.Namespace) -> list[SuiteRow]:
                              "(or --from-checks DIR)")
     malformed: dict[Path, ProblemError] = {}
     problems = suite_problems(args.problems, malformed)
+    if not problems:
+        raise ProblemError("suite: no problem to run; every problem file is malformed:\n  " +
+                           "\n  ".join(str(e) for e in malformed.values()))
     for path, error in malformed.items():
         logger.warning("suite: {} is left out, and counts as not correct: {}", path, error)
     skipped = [missing_row(path.stem, f"malformed problem: {error}")
                for path, error in malformed.items()]
-    if not problems:
-        raise ProblemError("suite: no problem to run; every problem file is malformed:\n  " +
-                           "\n  ".join(str(e) for e in malformed.values()))
     return _run_problems(args, problems) + skipped
 
 

@@ -248,6 +248,8 @@ def output_paths(out: str | Path) -> tuple[Path, Path]:
     base = Path(out)
     if base.suffix in (".md", ".json"):
         base = base.with_suffix("")
+    if not base.name or base.name in (".", ".."):
+        raise OSError(f"{out!r}: not a file name (OUT makes OUT.md and OUT.json)")
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -255,4 +257,8 @@ def output_paths(out: str | Path) -> tuple[Path, Path]:
                       f"{e.strerror or e} ({e.filename or base.parent})") from e
     if not os.access(base.parent, os.W_OK):
         raise OSError(f"{out}: its folder {base.parent} is not writable")
-    return base.with_name(base.name + ".md"), base.with_name(base.name + ".json")
+    paths = base.with_name(base.name + ".md"), base.with_name(base.name + ".json")
+    for p in paths:
+        if p.is_dir():
+            raise OSError(f"{out}: {p} is a folder")
+    return paths

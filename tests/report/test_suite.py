@@ -361,10 +361,15 @@ def test_from_checks_refuses_two_checks_of_one_problem(tmp_path, capsys):
 
 def test_an_output_path_it_cannot_write_fails_before_anything_runs(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
+    (tmp_path / "clash.md").mkdir()
     for args in (["softmax"], ["--from-checks", str(H200)]):
         assert main(["suite", *args, "-o", str(tmp_path / "afile" / "out")]) == 2
         err = capsys.readouterr().err
         assert "cannot make its folder" in err and "needs a CUDA GPU" not in err, err
+        for out, said in (("", "not a file name"), (str(tmp_path / "clash"), "is a folder")):
+            assert main(["suite", *args, "-o", out]) == 2      # '' was a ValueError traceback
+            err = capsys.readouterr().err
+            assert said in err and "needs a CUDA GPU" not in err, err
 
 
 def test_two_problems_of_one_name_are_refused(tmp_path):
@@ -375,3 +380,12 @@ def test_two_problems_of_one_name_are_refused(tmp_path):
     with pytest.raises(EvokernelError, match="two problems are named 'softmax'"):
         suite_problems(["softmax", str(tmp_path / "a")])
     assert [p.name for p in suite_problems(["softmax", str(softmax.path)])] == ["softmax"]
+
+
+def test_a_mapping_that_names_a_problem_twice_is_refused(tmp_path):
+    """JSON keeps the last of two equal keys: relu silently got the second file."""
+    mapping = tmp_path / "map.json"
+    mapping.write_text('{"softmax": "a.py", "matmul": "b.py", "softmax": "c.py"}')
+    with pytest.raises(EvokernelError, match="'softmax' named twice") as e:
+        candidate_files(suite_problems(["softmax", "matmul"]), str(mapping))
+    assert str(mapping) in str(e.value)
