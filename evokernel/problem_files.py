@@ -11,6 +11,7 @@ the file ``<name>.py`` in a candidates folder, or the problem's own seed kernel
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -93,7 +94,7 @@ def _mapping(path: Path) -> dict[str, Path]:
         EvokernelError: not a JSON object, or an entry whose value is not a non-empty path
             string (the file and the entry named)."""
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        twice = sorted({k for i, (k, _) in enumerate(items) if k in dict(items[:i])})
+        twice = sorted(k for k, n in Counter(k for k, _ in items).items() if n > 1)
         if twice:
             raise ValueError(f"{', '.join(map(repr, twice))} named twice")
         return dict(items)
